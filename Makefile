@@ -1,0 +1,36 @@
+# The two commands a new machine needs: `make test` and `make demo`. Each creates the
+# virtual environment it runs in. torch comes first from its CPU pin: an open torch
+# requirement would make pip fetch a multi-GB CUDA build.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+TORCH_PIN ?= torch==2.13.0
+STAMP := $(VENV)/.installed
+
+.PHONY: test demo bench lint typecheck clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet "$(TORCH_PIN)"
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	touch $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+test: lint typecheck
+	$(BIN)/python -m pytest -n 2 --dist loadgroup
+
+demo: $(STAMP)
+	$(BIN)/advbudget explain --group-size 8 --plot demo/explain.png
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/core.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache demo

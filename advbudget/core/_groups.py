@@ -1,0 +1,480 @@
+"""Prompt groups: which rollout belongs to which group, and reductions over groups.
+
+A ``Groups`` object lays per-rollout arrays out as *rows* and reduces rows to per-group
+*stats*; ``expand`` brings stats back to broadcast against rows. Estimators are written
+once in these terms and run unchanged on every layout:
+
+=================  ====================  =================  ==========================
+layout             rows of an [N] array   stats              used for
+=================  ====================  =================  ==========================
+``Contiguous``     [M, G] (a reshape)     [M, 1]             fixed-size adjacent groups
+``Segmented``      [N] (unchanged)        [M]                any labels; numpy, torch,
+                                                             jax native segment ops
+``Padded``         [M, K] gathered        [M, 1]             any labels, any namespace
+                   (+ a presence mask)                       (pure Array API fallback)
+=================  ====================  =================  ==========================
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import array_api_compat
+import numpy as np
+
+from ._arrays import Array, Namespace, as_array, check_same_device, is_traced
+
+GroupMethod = Literal["auto", "segment", "padded"]
+
+
+class Groups(ABC):
+    """How the N rollouts of a batch split into M prompt groups.
+
+    Build one with :func:`advbudget.make_groups` (or get it from
+    :attr:`~advbudget.AdvantageResult.groups`) and pass it as ``groups=`` to reuse the
+    factorisation of the labels across estimators and metrics.
+    """
+
+    xp: Namespace
+    device: Any
+    num_rollouts: int
+    num_groups: int
+
+    #: Rows that are padding, not rollouts (``Padded`` only): bool rows or None.
+    padding_free: Array | None = None
+
+    @abstractmethod
+    def rows(self, x: Array) -> Array:
+        """Lay out a per-rollout array ``[N]`` as rows."""
+
+    @abstractmethod
+    def flat(self, rows: Array) -> Array:
+        """Inverse of :meth:`rows`: back to one value per rollout ``[N]``."""
+
+    @abstractmethod
+    def min(self, rows: Array) -> Array:
+        """Per-group minimum (over present rollouts) as stats."""
+
+    @abstractmethod
+    def max(self, rows: Array) -> Array:
+        """Per-group maximum (over present rollouts) as stats."""
+
+    @abstractmethod
+    def sum(self, rows: Array) -> Array:
+        """Per-group sum (padding counts as zero) as stats."""
+
+    @abstractmethod
+    def sizes(self, dtype: Any) -> Array:
+        """Number of rollouts in each group, as stats of ``dtype``."""
+
+    @abstractmethod
+    def expand(self, stats: Array) -> Array:
+        """Per-group stats to an array that broadcasts against rows."""
+
+    def per_group(self, stats: Array) -> Array:
+        """Stats as a flat ``[M]`` array, in group order."""
+        return self.xp.reshape(stats, (self.num_groups,))
+
+    @abstractmethod
+    def group_index(self) -> Array:
+        """The group of each rollout, ``[N]`` integers in ``0..M-1``."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(num_rollouts={self.num_rollouts}, num_groups={self.num_groups})"
+
+
+class Contiguous(Groups):
+    """Groups of one fixed size stored next to each other: a reshape, no gathers."""
+
+    def __init__(self, xp: Namespace, device: Any, num_rollouts: int, group_size: int):
+        self.xp, self.device = xp, device
+        self.num_rollouts, self.group_size = num_rollouts, group_size
+        self.num_groups = num_rollouts // group_size
+        # numpy reduces short trailing axes slowly; summing the G columns is ~2x faster.
+        self._fold_columns = array_api_compat.is_numpy_namespace(xp) and group_size <= 16
+
+    def rows(self, x: Array) -> Array:
+        return self.xp.reshape(x, (self.num_groups, self.group_size))
+
+    def flat(self, rows: Array) -> Array:
+        return self.xp.reshape(rows, (self.num_rollouts,))
+
+    def _fold(self, rows: Array, reduce: Any) -> Array:
+        out = rows[:, 0:1]
+        for column in range(1, self.group_size):
+            out = reduce(out, rows[:, column : column + 1])
+        return out
+
+    def min(self, rows: Array) -> Array:
+        if self._fold_columns:
+            return self._fold(rows, self.xp.minimum)
+        return self.xp.min(rows, axis=1, keepdims=True)
+
+    def max(self, rows: Array) -> Array:
+        if self._fold_columns:
+            return self._fold(rows, self.xp.maximum)
+        return self.xp.max(rows, axis=1, keepdims=True)
+
+    def sum(self, rows: Array) -> Array:
+        if self._fold_columns:
+            return self._fold(rows, self.xp.add)
+        return self.xp.sum(rows, axis=1, keepdims=True)
+
+    def sizes(self, dtype: Any) -> Array:
+        return self.xp.full((self.num_groups, 1), self.group_size, dtype=dtype, device=self.device)
+
+    def expand(self, stats: Array) -> Array:
+        return stats
+
+    def group_index(self) -> Array:
+        return self.xp.arange(self.num_rollouts, device=self.device) // self.group_size
+
+    def __repr__(self) -> str:
+        return f"Contiguous(num_rollouts={self.num_rollouts}, group_size={self.group_size})"
+
+
+class Segmented(Groups):
+    """Any group index, reduced with the backend's own scatter/segment operations."""
+
+    def __init__(self, xp: Namespace, device: Any, index: Array, num_groups: int):
+        self.xp, self.device = xp, device
+        self.index, self.num_groups = index, num_groups
+        self.num_rollouts = int(index.shape[0])
+        if array_api_compat.is_numpy_namespace(xp):
+            self._ops: _SegmentOps = _NumpySegmentOps(index, num_groups)
+        elif array_api_compat.is_torch_namespace(xp):
+            self._ops = _TorchSegmentOps(index, num_groups)
+        elif array_api_compat.is_jax_namespace(xp):
+            self._ops = _JaxSegmentOps(index, num_groups)
+        else:
+            raise TypeError(f"no native segment operations for {xp.__name__}; use Padded")
+        self._sizes = self._ops.sum(xp.ones(self.num_rollouts, device=device))
+
+    def rows(self, x: Array) -> Array:
+        return x
+
+    def flat(self, rows: Array) -> Array:
+        return rows
+
+    def min(self, rows: Array) -> Array:
+        return self._ops.min(rows)
+
+    def max(self, rows: Array) -> Array:
+        return self._ops.max(rows)
+
+    def sum(self, rows: Array) -> Array:
+        return self._ops.sum(rows)
+
+    def sizes(self, dtype: Any) -> Array:
+        return self.xp.astype(self._sizes, dtype)
+
+    def expand(self, stats: Array) -> Array:
+        return self.xp.take(stats, self.index, axis=0)
+
+    def group_index(self) -> Array:
+        return self.index
+
+
+class Padded(Groups):
+    """Any group index in pure Array API: sort, then gather into a padded [M, K] matrix.
+
+    Costs O(M * K) memory, K the largest group: fine for the usual near-equal sizes.
+    """
+
+    def __init__(self, xp: Namespace, device: Any, index: Array, num_groups: int):
+        self.xp, self.device = xp, device
+        self.index, self.num_groups = index, num_groups
+        self.num_rollouts = int(index.shape[0])
+        order = xp.argsort(index, stable=True)
+        sorted_index = xp.take(index, order)
+        group_ids = xp.arange(num_groups, dtype=index.dtype, device=device)
+        starts = xp.searchsorted(sorted_index, group_ids)
+        ends = xp.searchsorted(sorted_index, group_ids, side="right")
+        counts = ends - starts
+        self.width = width = int(xp.max(counts))
+        slot = xp.arange(width, dtype=starts.dtype, device=device)
+        present = slot[None, :] < counts[:, None]
+        sorted_position = xp.where(present, starts[:, None] + slot[None, :], 0)
+        self._gather = xp.take(order, xp.reshape(sorted_position, (-1,)))
+        self.padding_free = present
+        self._counts = xp.reshape(counts, (num_groups, 1))
+        # Where each rollout sits in the flattened [M, K] matrix, to scatter back.
+        rank = xp.argsort(order, stable=True)
+        self._scatter = index * width + (rank - xp.take(starts, index))
+
+    def rows(self, x: Array) -> Array:
+        return self.xp.reshape(self.xp.take(x, self._gather), (self.num_groups, self.width))
+
+    def flat(self, rows: Array) -> Array:
+        return self.xp.take(self.xp.reshape(rows, (-1,)), self._scatter)
+
+    def _fill(self, rows: Array, value: Any) -> Array:
+        assert self.padding_free is not None
+        return self.xp.where(self.padding_free, rows, value)
+
+    def min(self, rows: Array) -> Array:
+        return self.xp.min(self._fill(rows, _largest(self.xp, rows.dtype)), axis=1, keepdims=True)
+
+    def max(self, rows: Array) -> Array:
+        return self.xp.max(self._fill(rows, _smallest(self.xp, rows.dtype)), axis=1, keepdims=True)
+
+    def sum(self, rows: Array) -> Array:
+        return self.xp.sum(self._fill(rows, 0), axis=1, keepdims=True)
+
+    def sizes(self, dtype: Any) -> Array:
+        return self.xp.astype(self._counts, dtype)
+
+    def expand(self, stats: Array) -> Array:
+        return stats
+
+    def group_index(self) -> Array:
+        return self.index
+
+
+def _largest(xp: Namespace, dtype: Any) -> Any:
+    return math.inf if xp.isdtype(dtype, "real floating") else xp.iinfo(dtype).max
+
+
+def _smallest(xp: Namespace, dtype: Any) -> Any:
+    return -math.inf if xp.isdtype(dtype, "real floating") else xp.iinfo(dtype).min
+
+
+# -- native segment operations -------------------------------------------------------
+
+
+class _SegmentOps(ABC):
+    @abstractmethod
+    def sum(self, x: Array) -> Array: ...
+
+    @abstractmethod
+    def min(self, x: Array) -> Array: ...
+
+    @abstractmethod
+    def max(self, x: Array) -> Array: ...
+
+
+class _NumpySegmentOps(_SegmentOps):
+    def __init__(self, index: Array, num_groups: int):
+        self.index, self.num_groups = index, num_groups
+
+    def sum(self, x: Array) -> Array:
+        if x.dtype == np.bool_ or np.issubdtype(x.dtype, np.integer):
+            out = np.zeros(self.num_groups, dtype=x.dtype)
+            np.add.at(out, self.index, x)
+            return out
+        # bincount accumulates in float64: exact enough, then back to the input dtype.
+        return np.bincount(self.index, weights=x, minlength=self.num_groups).astype(x.dtype)
+
+    def min(self, x: Array) -> Array:
+        out = np.full(self.num_groups, _largest(np, x.dtype), dtype=x.dtype)
+        np.minimum.at(out, self.index, x)
+        return out
+
+    def max(self, x: Array) -> Array:
+        out = np.full(self.num_groups, _smallest(np, x.dtype), dtype=x.dtype)
+        np.maximum.at(out, self.index, x)
+        return out
+
+
+class _TorchSegmentOps(_SegmentOps):
+    def __init__(self, index: Array, num_groups: int):
+        self.index, self.num_groups = index, num_groups
+
+    def sum(self, x: Array) -> Array:
+        out = x.new_zeros(self.num_groups)
+        return out.index_add_(0, self.index, x)
+
+    def _reduce(self, x: Array, reduce: str, fill: Any) -> Array:
+        out = x.new_full((self.num_groups,), fill)
+        return out.scatter_reduce_(0, self.index, x, reduce=reduce, include_self=True)
+
+    def min(self, x: Array) -> Array:
+        return self._reduce(x, "amin", _largest(_torch_xp(), x.dtype))
+
+    def max(self, x: Array) -> Array:
+        return self._reduce(x, "amax", _smallest(_torch_xp(), x.dtype))
+
+
+def _torch_xp() -> Namespace:
+    return array_api_compat.array_namespace(sys.modules["torch"].empty(0))
+
+
+class _JaxSegmentOps(_SegmentOps):
+    def __init__(self, index: Array, num_groups: int):
+        self.index, self.num_groups = index, num_groups
+        self.ops = sys.modules["jax"].ops
+
+    def sum(self, x: Array) -> Array:
+        return self.ops.segment_sum(x, self.index, num_segments=self.num_groups)
+
+    def min(self, x: Array) -> Array:
+        return self.ops.segment_min(x, self.index, num_segments=self.num_groups)
+
+    def max(self, x: Array) -> Array:
+        return self.ops.segment_max(x, self.index, num_segments=self.num_groups)
+
+
+# -- building groups ------------------------------------------------------------------
+
+
+def build_groups(
+    num_rollouts: int,
+    *,
+    group_size: int | None = None,
+    group_ids: Any = None,
+    xp: Namespace,
+    device: Any = None,
+    like: Array | None = None,
+    method: GroupMethod = "auto",
+) -> Groups:
+    """Build :class:`Groups` for ``num_rollouts`` rollouts of namespace ``xp``.
+
+    Exactly one of ``group_size`` (contiguous groups of that size) and ``group_ids`` (one
+    label per rollout: ints or strings, any order, any group sizes) is given. Labels that
+    happen to form contiguous equal-size groups take the reshape path.
+    ``method`` forces the layout for labels: ``"segment"`` (native ops) or ``"padded"``
+    (pure Array API); ``"auto"`` picks native ops where the namespace has them.
+    """
+    if (group_size is None) == (group_ids is None):
+        given = "both" if group_size is not None else "neither"
+        raise ValueError(
+            "group_size / group_ids: expected exactly one of them (group_size=G for "
+            f"contiguous groups, group_ids=labels for any layout), got {given}"
+        )
+    if group_size is not None:
+        return _contiguous(xp, device, num_rollouts, group_size)
+    return _from_ids(xp, device, num_rollouts, group_ids, like, method)
+
+
+def _contiguous(xp: Namespace, device: Any, num_rollouts: int, group_size: Any) -> Contiguous:
+    if isinstance(group_size, bool) or not isinstance(group_size, (int, np.integer)):
+        raise TypeError(
+            f"group_size: expected a positive int, got {type(group_size).__name__} {group_size!r}"
+        )
+    group_size = int(group_size)
+    if group_size < 1:
+        raise ValueError(f"group_size: expected a positive int, got {group_size}")
+    if num_rollouts % group_size:
+        raise ValueError(
+            f"group_size: expected a divisor of the number of rollouts ({num_rollouts}), "
+            f"got {group_size} ({num_rollouts} = {num_rollouts // group_size} x {group_size} "
+            f"+ {num_rollouts % group_size})"
+        )
+    return Contiguous(xp, device, num_rollouts, group_size)
+
+
+def _from_ids(
+    xp: Namespace,
+    device: Any,
+    num_rollouts: int,
+    group_ids: Any,
+    like: Array | None,
+    method: GroupMethod,
+) -> Groups:
+    host = isinstance(group_ids, (Sequence, np.ndarray)) and not isinstance(group_ids, str)
+    if host:
+        labels = np.asarray(group_ids) if not isinstance(group_ids, np.ndarray) else group_ids
+    else:
+        labels, ids_xp = as_array(group_ids, "group_ids")
+        if like is not None:
+            check_same_device(like, labels, "rewards", "group_ids")
+        if not ids_xp.isdtype(labels.dtype, ("integral", "bool")):
+            raise TypeError(
+                f"group_ids: expected integer labels (or a list/numpy array of strings), "
+                f"got dtype {labels.dtype}"
+            )
+    if labels.ndim != 1 or labels.shape[0] != num_rollouts:
+        raise ValueError(
+            f"group_ids: expected one label per rollout, shape ({num_rollouts},), "
+            f"got shape {tuple(labels.shape)}"
+        )
+    if is_traced(labels):
+        raise TypeError(
+            "group_ids: labels cannot be traced (jax.jit / torch.compile): factorise them "
+            "outside and pass group_size=G for contiguous groups under tracing"
+        )
+    if host:
+        group_size = _contiguous_group_size_host(labels)
+        if group_size is not None and method == "auto":
+            return Contiguous(xp, device, num_rollouts, group_size)
+        codes_np, num_groups = _factorize_host(labels)
+        codes = xp.asarray(codes_np, device=device)
+    else:
+        codes, num_groups = _factorize_device(labels)
+        codes = xp.asarray(codes, device=device)
+        if method == "auto" and num_groups and num_rollouts % num_groups == 0:
+            rows = xp.reshape(codes, (num_groups, num_rollouts // num_groups))
+            if bool(xp.all(rows == rows[:, :1])):
+                return Contiguous(xp, device, num_rollouts, num_rollouts // num_groups)
+    native = (
+        array_api_compat.is_numpy_namespace(xp)
+        or array_api_compat.is_torch_namespace(xp)
+        or array_api_compat.is_jax_namespace(xp)
+    )
+    if method == "segment" or (method == "auto" and native):
+        return Segmented(xp, device, codes, num_groups)
+    return Padded(xp, device, codes, num_groups)
+
+
+def _contiguous_group_size_host(labels: np.ndarray[Any, Any]) -> int | None:
+    """G if ``labels`` form adjacent runs of one size G with distinct labels, else None.
+
+    Vectorised compares only (no hashing of every label), so the common interleaved
+    layout (verl's ``repeat(interleave=True)``) costs ~1 ms per million rollouts.
+    """
+    n = labels.shape[0]
+    if n == 0:
+        return None
+    run_starts = np.flatnonzero(labels[1:] != labels[:-1])
+    num_runs = run_starts.shape[0] + 1
+    if n % num_runs:
+        return None
+    size = n // num_runs
+    rows = labels.reshape(num_runs, size)
+    if not bool(np.all(rows == rows[:, :1])):
+        return None
+    heads = rows[:, 0]
+    distinct = len(set(heads.tolist())) == num_runs
+    return size if distinct else None
+
+
+def _factorize_host(labels: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], int]:
+    """Integer codes 0..M-1 in first-appearance order, in O(N)."""
+    if labels.dtype.kind in "iub":
+        return _factorize_integers(labels)
+    if labels.dtype.kind not in "OUS":
+        raise TypeError(
+            f"group_ids: expected integer or string labels, got dtype {labels.dtype}"
+        )
+    table: dict[Any, int] = {}
+    codes = np.fromiter(
+        (table.setdefault(label, len(table)) for label in labels.tolist()),
+        dtype=np.int64,
+        count=labels.shape[0],
+    )
+    return codes, len(table)
+
+
+def _factorize_integers(labels: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], int]:
+    labels = labels.astype(np.int64, copy=False)
+    low, high = int(labels.min()), int(labels.max())
+    span = high - low + 1
+    if span <= 4 * labels.shape[0] + 1024:
+        # Dense labels (the usual 0..M-1 or batch-local ints): a lookup table, O(N + span).
+        seen = np.zeros(span, dtype=bool)
+        seen[labels - low] = True
+        code_of = np.cumsum(seen) - 1
+        return code_of[labels - low], int(code_of[-1]) + 1
+    uniques, codes = np.unique(labels, return_inverse=True)
+    return codes.reshape(-1), int(uniques.shape[0])
+
+
+def _factorize_device(labels: Array) -> tuple[Array, int]:
+    """Integer codes 0..M-1 (sorted-label order) on the labels' own device."""
+    xp = array_api_compat.array_namespace(labels)
+    uniques, codes = xp.unique_inverse(labels)
+    return codes, int(uniques.shape[0])

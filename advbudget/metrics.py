@@ -1,0 +1,229 @@
+"""What to log beside the advantages: κ, κ_eff and advantage statistics (SPEC section 4).
+
+``kappa`` is the sharpness a KL-regularised objective asks for, ``(r+ - r-) / beta``;
+``kappa_eff`` is what one policy update actually did to the log-odds of the best and
+worst rollout of each group. All functions take arrays of any namespace; the summaries
+return Python floats ready for a logger.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .core import AdvantageResult, Groups, make_groups
+from .core._arrays import Array, as_array, check_same_device
+
+SUMMARY_KEYS = ("mean", "median", "std", "min", "max", "count")
+
+
+def kappa(reward_gap: Any, beta: float) -> Any:
+    """The sharpness factor ``κ = reward_gap / β`` of KL-regularised RL.
+
+    The optimum ``π* ∝ π_ref · exp(R / β)`` separates the log-odds of two responses whose
+    rewards differ by ``reward_gap`` by exactly κ more than the reference does.
+
+    Example:
+        >>> from advbudget.metrics import kappa
+        >>> kappa(1.0, beta=0.001)
+        1000.0
+    """
+    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not (
+        math.isfinite(beta) and beta > 0
+    ):
+        raise ValueError(f"beta: expected a positive finite KL coefficient, got {beta!r}")
+    return reward_gap / beta
+
+
+def sequence_logprobs(token_logprobs: Any, response_mask: Any) -> Array:
+    """Sum per-token log-probs ``[N, T]`` over the response mask: ``[N]``.
+
+    Example:
+        >>> import numpy as np
+        >>> from advbudget.metrics import sequence_logprobs
+        >>> sequence_logprobs(np.array([[-1.0, -2.0, -9.0]]), np.array([[1, 1, 0]]))
+        array([-3.])
+    """
+    token_logprobs, xp = as_array(token_logprobs, "token_logprobs")
+    response_mask, _ = as_array(response_mask, "response_mask")
+    if token_logprobs.ndim != 2 or tuple(response_mask.shape) != tuple(token_logprobs.shape):
+        raise ValueError(
+            f"response_mask: expected the shape of token_logprobs "
+            f"{tuple(token_logprobs.shape)} ([N, T]), got {tuple(response_mask.shape)}"
+        )
+    check_same_device(token_logprobs, response_mask, "token_logprobs", "response_mask")
+    inside = response_mask if xp.isdtype(response_mask.dtype, "bool") else response_mask != 0
+    return xp.sum(xp.where(inside, token_logprobs, 0), axis=1)
+
+
+def kappa_eff(
+    logp_old: Any,
+    logp_new: Any,
+    advantages: Any,
+    *,
+    group_size: int | None = None,
+    group_ids: Any = None,
+    groups: Groups | None = None,
+    response_mask: Any = None,
+    length_normalized: bool = False,
+) -> Array:
+    """The realised sharpness of one update, per group with an advantage gap.
+
+    For each group, ``o+`` is the rollout with the largest advantage and ``o-`` the one
+    with the smallest (the first in batch order on ties), and
+    ``κ_eff = [log π_new(o+) - log π_new(o-)] - [log π_old(o+) - log π_old(o-)]``.
+
+    Args:
+        logp_old, logp_new: log-probabilities of each rollout before and after the
+            update: sequence log-probs ``[N]``, or per-token ``[N, T]`` with
+            ``response_mask``.
+        advantages: ``[N]`` the advantages the update used.
+        group_size, group_ids, groups: the grouping, as for the estimators.
+        response_mask: ``[N, T]``, needed with per-token log-probs.
+        length_normalized: divide each sequence log-prob by its token count (needs
+            per-token log-probs and ``response_mask``).
+
+    Returns:
+        ``[M']`` κ_eff of the groups whose advantages differ (group order), in the
+        namespace of the inputs. Summarise it with :func:`summarize`.
+
+    Example:
+        >>> import numpy as np
+        >>> from advbudget.metrics import kappa_eff
+        >>> old = np.array([-5.0, -4.0, -3.0, -6.0, -2.0, -2.0])
+        >>> new = np.array([-4.0, -4.5, -3.0, -5.0, -2.0, -2.0])
+        >>> adv = np.array([0.5, -0.5, -0.5, 0.5, 0.0, 0.0])
+        >>> kappa_eff(old, new, adv, group_size=2)  # the third group has no gap
+        array([1.5, 1. ])
+    """
+    advantages, xp = as_array(advantages, "advantages")
+    if advantages.ndim != 1:
+        raise ValueError(f"advantages: expected shape [N], got {tuple(advantages.shape)}")
+    n = int(advantages.shape[0])
+    old = _sequence(logp_old, "logp_old", n, response_mask, length_normalized)
+    new = _sequence(logp_new, "logp_new", n, response_mask, length_normalized)
+    for name, values in (("logp_old", old), ("logp_new", new)):
+        check_same_device(advantages, values, "advantages", name)
+    if groups is None:
+        groups = make_groups(advantages, group_size=group_size, group_ids=group_ids)
+    elif groups.num_rollouts != n:
+        raise ValueError(
+            f"groups: expected groups of {n} rollouts, got {groups.num_rollouts}"
+        )
+    change = xp.astype(new, advantages.dtype) - xp.astype(old, advantages.dtype)
+    rows = groups.rows(advantages)
+    top, bottom = groups.max(rows), groups.min(rows)
+    position = groups.rows(xp.arange(n, device=groups.device))
+    first_top = groups.min(xp.where(rows == groups.expand(top), position, n))
+    first_bottom = groups.min(xp.where(rows == groups.expand(bottom), position, n))
+    values = xp.take(change, groups.per_group(first_top)) - xp.take(
+        change, groups.per_group(first_bottom)
+    )
+    has_gap = groups.per_group(top - bottom) > 0
+    return values[has_gap]
+
+
+def _sequence(
+    logp: Any, name: str, n: int, response_mask: Any, length_normalized: bool
+) -> Array:
+    logp, xp = as_array(logp, name)
+    if logp.ndim == 2:
+        if response_mask is None:
+            raise ValueError(f"response_mask: expected [N, T] with per-token {name}, got None")
+        total = sequence_logprobs(logp, response_mask)
+        if length_normalized:
+            mask, _ = as_array(response_mask, "response_mask")
+            inside = mask if xp.isdtype(mask.dtype, "bool") else mask != 0
+            lengths = xp.sum(xp.astype(inside, total.dtype), axis=1)
+            total = total / xp.maximum(lengths, xp.ones_like(lengths))
+        logp = total
+    elif logp.ndim != 1:
+        raise ValueError(f"{name}: expected [N] or [N, T] log-probs, got {tuple(logp.shape)}")
+    elif length_normalized:
+        raise ValueError(
+            f"{name}: length_normalized needs per-token log-probs [N, T] and a "
+            "response_mask, got sequence log-probs [N]"
+        )
+    if int(logp.shape[0]) != n:
+        raise ValueError(f"{name}: expected {n} rollouts like advantages, got {logp.shape[0]}")
+    return logp
+
+
+def summarize(values: Any) -> dict[str, float]:
+    """Mean, median, std (spread), min, max and count of a 1-D array, as Python floats.
+
+    An empty array gives count 0 and NaN for the rest (nothing to summarise).
+
+    Example:
+        >>> import numpy as np
+        >>> from advbudget.metrics import summarize
+        >>> summarize(np.array([1.0, 2.0, 6.0]))
+        {'mean': 3.0, 'median': 2.0, 'std': 2.1602..., 'min': 1.0, 'max': 6.0, 'count': 3.0}
+    """
+    values, xp = as_array(values, "values")
+    if values.ndim != 1:
+        raise ValueError(f"values: expected a 1-D array, got shape {tuple(values.shape)}")
+    count = int(values.shape[0])
+    if count == 0:
+        return {key: (0.0 if key == "count" else math.nan) for key in SUMMARY_KEYS}
+    if not xp.isdtype(values.dtype, "real floating"):
+        values = xp.astype(values, xp.float32)
+    ordered = xp.sort(values)
+    middle = count // 2
+    median = ordered[middle] if count % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    return {
+        "mean": float(xp.mean(values)),
+        "median": float(median),
+        "std": float(xp.std(values)),
+        "min": float(ordered[0]),
+        "max": float(ordered[-1]),
+        "count": float(count),
+    }
+
+
+def advantage_metrics(result: AdvantageResult) -> dict[str, float]:
+    """Advantage statistics of one batch, as Python floats for a logger.
+
+    Keys: ``skipped_group_fraction`` (groups with no reward gap), ``advantage_gap_mean``
+    (mean over the other groups of max - min advantage; NaN when every group was
+    skipped), ``positive_advantage_fraction`` (rollouts with A > 0),
+    ``valid_fraction`` (rollouts that take part in the update), and the ``mean``,
+    ``std``, ``min`` and ``max`` of the advantages.
+
+    Example:
+        >>> import numpy as np
+        >>> from advbudget import compute_advantages
+        >>> from advbudget.metrics import advantage_metrics
+        >>> result = compute_advantages(np.array([1.0, 0.0, 1.0, 1.0]), "budget", group_size=2)
+        >>> advantage_metrics(result)["skipped_group_fraction"]
+        0.5
+    """
+    xp = result.grouped.xp
+    advantages = result.advantages
+    num_groups = result.num_groups
+    kept = ~result.group_skipped
+    num_kept = int(xp.count_nonzero(kept))
+    gaps = xp.where(kept, result.group_advantage_gap, xp.zeros_like(result.group_advantage_gap))
+    gap_mean = float(xp.sum(gaps)) / num_kept if num_kept else math.nan
+    n = int(advantages.shape[0])
+    return {
+        "skipped_group_fraction": (num_groups - num_kept) / num_groups,
+        "advantage_gap_mean": gap_mean,
+        "positive_advantage_fraction": int(xp.count_nonzero(advantages > 0)) / n,
+        "valid_fraction": int(xp.count_nonzero(result.valid)) / n,
+        "advantage_mean": float(xp.mean(advantages)),
+        "advantage_std": float(xp.std(advantages)),
+        "advantage_min": float(xp.min(advantages)),
+        "advantage_max": float(xp.max(advantages)),
+    }
+
+
+def oscillation(batch_means: Any) -> float:
+    """κ_eff's oscillation over training: the spread (std) of its per-step batch means.
+
+    Example:
+        >>> from advbudget.metrics import oscillation
+        >>> oscillation([2.0, 4.0, 2.0, 4.0])
+        1.0
+    """
+    return summarize(as_array(batch_means, "batch_means")[0])["std"]

@@ -1,0 +1,109 @@
+"""Shared fixtures: one ``xp`` fixture runs a test on every array backend."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Iterable
+from typing import Any
+
+import array_api_compat
+import numpy as np
+import pytest
+
+BACKENDS = ("numpy", "array_api_strict", "torch", "jax")
+
+# `make test` and CI set this: a backend that fails to import is then an error, not a skip.
+REQUIRE_ALL = os.environ.get("ADVBUDGET_REQUIRE_BACKENDS") == "1"
+
+
+def load_namespace(name: str) -> Any:
+    """The Array API namespace of backend ``name``, or skip when it is not installed."""
+    module_name = {"jax": "jax.numpy"}.get(name, name)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        if REQUIRE_ALL:
+            raise
+        pytest.skip(f"{name} is not installed")
+    if name == "jax":
+        # float64 references need x64; tests/test_tracing.py covers jax's x64-off default.
+        importlib.import_module("jax").config.update("jax_enable_x64", True)
+    return array_api_compat.array_namespace(module.zeros(1))
+
+
+@pytest.fixture(params=BACKENDS)
+def xp(request: pytest.FixtureRequest) -> Any:
+    return load_namespace(request.param)
+
+
+def to_numpy(x: Any) -> np.ndarray:
+    if array_api_compat.is_torch_array(x):
+        return x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def assert_close(
+    actual: Any,
+    expected: Any,
+    *,
+    xp: Any,
+    rtol: float | None = None,
+    atol: float | None = None,
+    dtype: Any = None,
+) -> None:
+    """Check namespace, shape, dtype (if given) and values together."""
+    __tracebackhide__ = True
+    assert array_api_compat.array_namespace(actual) is xp, (
+        f"namespace changed: {array_api_compat.array_namespace(actual).__name__}"
+    )
+    if dtype is not None:
+        assert actual.dtype == dtype, f"dtype {actual.dtype}, expected {dtype}"
+    values = to_numpy(actual)
+    expected = np.asarray(expected, dtype=np.float64)
+    assert values.shape == expected.shape, f"shape {values.shape}, expected {expected.shape}"
+    if rtol is None:
+        rtol = 1e-12 if values.dtype == np.float64 else 2e-5
+    if atol is None:
+        atol = 1e-12 if values.dtype == np.float64 else 2e-6
+    np.testing.assert_allclose(values, expected, rtol=rtol, atol=atol)
+
+
+def reference_advantages(
+    rewards: Iterable[float],
+    labels: Iterable[Any],
+    estimator: str,
+    *,
+    budget: float = 1.0,
+    eps: float = 1e-6,
+    std_correction: int = 1,
+    tie: float = 1e-6,
+) -> np.ndarray:
+    """A slow, obvious float64 reference: a Python loop over groups, formulas as in SPEC."""
+    rewards = [float(r) for r in rewards]
+    labels = list(labels)
+    members: dict[Any, list[int]] = {}
+    for i, label in enumerate(labels):
+        members.setdefault(label, []).append(i)
+    out = np.zeros(len(rewards))
+    for idx in members.values():
+        r = np.array([rewards[i] for i in idx])
+        n = len(r)
+        spread = r.max() - r.min()
+        if n == 1 or spread <= tie + tie * max(abs(r.max()), abs(r.min())):
+            continue
+        mean = r.mean()
+        if estimator == "budget":
+            gaps = r - r.min()
+            a = budget * gaps / gaps.sum() - budget / n
+        elif estimator == "grpo":
+            std = np.sqrt(((r - mean) ** 2).sum() / (n - std_correction))
+            a = (r - mean) / (std + eps)
+        elif estimator == "dr":
+            a = r - mean
+        elif estimator == "rloo":
+            a = np.array([r[j] - (r.sum() - r[j]) / (n - 1) for j in range(n)])
+        else:
+            raise ValueError(estimator)
+        out[idx] = a
+    return out

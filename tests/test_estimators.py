@@ -1,0 +1,343 @@
+"""Hand-computed values for every estimator, on every backend and grouping layout."""
+
+from __future__ import annotations
+
+import math
+
+import array_api_compat
+import numpy as np
+import pytest
+
+from advbudget import (
+    budget_advantage,
+    compute_advantages,
+    dr_advantage,
+    estimator_names,
+    get_estimator,
+    group_normalized_advantage,
+    make_groups,
+    register_estimator,
+    rloo_advantage,
+    token_advantages,
+)
+from advbudget.core import _compute
+from advbudget.core._groups import Contiguous, Padded, Segmented
+
+from .conftest import assert_close, reference_advantages, to_numpy
+
+ESTIMATORS = {
+    "budget": budget_advantage,
+    "grpo": group_normalized_advantage,
+    "dr": dr_advantage,
+    "rloo": rloo_advantage,
+}
+
+# (rewards, group size, {estimator: expected}), worked by hand.
+THIRD, SIXTH = 1 / 3, 1 / 6
+HAND_CASES = {
+    "binary one of four": (
+        [1, 0, 0, 0],
+        4,
+        {
+            "budget": [0.75, -0.25, -0.25, -0.25],
+            # mean 1/4, unbiased std sqrt(3/4 / 3) = 1/2
+            "grpo": [0.75 / (0.5 + 1e-6), -0.25 / (0.5 + 1e-6), -0.25 / (0.5 + 1e-6), -0.25 / (0.5 + 1e-6)],
+            "dr": [0.75, -0.25, -0.25, -0.25],
+            "rloo": [1.0, -THIRD, -THIRD, -THIRD],
+        },
+    ),
+    "binary three of four": (
+        [1, 1, 0, 1],
+        4,
+        {
+            "budget": [1 / 12, 1 / 12, -0.25, 1 / 12],  # 1/3 - 1/4 for the correct ones
+            "grpo": [0.25 / (0.5 + 1e-6)] * 2 + [-0.75 / (0.5 + 1e-6), 0.25 / (0.5 + 1e-6)],
+            "dr": [0.25, 0.25, -0.75, 0.25],
+            "rloo": [THIRD, THIRD, -1.0, THIRD],
+        },
+    ),
+    "plus minus one": (
+        [1, -1, -1, 1],
+        4,
+        {
+            "budget": [0.25, -0.25, -0.25, 0.25],  # gaps 2,0,0,2 -> shares 1/2
+            "grpo": [1 / (2 / math.sqrt(3) + 1e-6) * s for s in (1, -1, -1, 1)],
+            "dr": [1.0, -1.0, -1.0, 1.0],
+            "rloo": [4 / 3, -4 / 3, -4 / 3, 4 / 3],
+        },
+    ),
+    "graded and negative": (
+        [-2.0, 0.0, 1.0],
+        3,
+        {
+            # gaps 0, 2, 3 over 5; minus 1/3
+            "budget": [-THIRD, 2 / 5 - THIRD, 3 / 5 - THIRD],
+            # mean -1/3; deviations -5/3, 1/3, 4/3; var (25+1+16)/9/2 = 7/3
+            "grpo": [d / (math.sqrt(7 / 3) + 1e-6) for d in (-5 / 3, 1 / 3, 4 / 3)],
+            "dr": [-5 / 3, 1 / 3, 4 / 3],
+            "rloo": [-2.5, 0.5, 2.0],
+        },
+    ),
+    "all tied": ([0.5, 0.5, 0.5, 0.5], 4, dict.fromkeys(ESTIMATORS, [0.0] * 4)),
+    "two groups, one skipped": (
+        [1, 0, 1, 1],
+        2,
+        {
+            "budget": [0.5, -0.5, 0.0, 0.0],
+            "grpo": [0.5 / (math.sqrt(0.5) + 1e-6), -0.5 / (math.sqrt(0.5) + 1e-6), 0.0, 0.0],
+            "dr": [0.5, -0.5, 0.0, 0.0],
+            "rloo": [1.0, -1.0, 0.0, 0.0],
+        },
+    ),
+    "singletons": ([3.0, -1.0], 1, dict.fromkeys(ESTIMATORS, [0.0, 0.0])),
+}
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+@pytest.mark.parametrize("case", HAND_CASES)
+def test_hand_computed_values(xp, case, estimator):
+    rewards, group_size, expected = HAND_CASES[case]
+    r = xp.asarray(rewards, dtype=xp.float64)
+    adv = ESTIMATORS[estimator](r, group_size=group_size)
+    assert_close(adv, expected[estimator], xp=xp, dtype=xp.float64)
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+def test_budget_binary_formula_for_every_k(estimator):
+    """k of G correct: budget gives B(1/k - 1/G) and -B/G; Dr gives budget * k."""
+    group_size, budget = 8, 2.5
+    for k in range(1, group_size):
+        rewards = np.array([1.0] * k + [0.0] * (group_size - k))
+        adv = budget_advantage(rewards, group_size=group_size, budget=budget)
+        np.testing.assert_allclose(adv[0], budget * (1 / k - 1 / group_size), rtol=1e-12)
+        np.testing.assert_allclose(adv[-1], -budget / group_size, rtol=1e-12)
+        dr = dr_advantage(rewards, group_size=group_size)
+        np.testing.assert_allclose(budget * dr / k, adv, rtol=1e-12, atol=1e-15)
+
+
+LABELLED = {
+    "strings, shuffled, sizes 3/1/2/4": (
+        [0.0, 1.0, 5.0, 1.0, 0.0, 2.0, 1.0, 0.3, 0.0, 0.7],
+        ["b", "a", "c", "a", "b", "d", "d", "d", "a", "d"],
+    ),
+    "ints, sparse and negative labels": (
+        [1.0, 0.0, 0.0, 1.0, 1.0, 0.5],
+        [-7, 10**12, -7, 10**12, 3, 3],
+    ),
+    "uuid-like strings, interleaved": (
+        [1.0, 0.0, 0.0, 0.0, 1.0, 1.0],
+        ["7c0e-1", "7c0e-1", "7c0e-1", "02ab-2", "02ab-2", "02ab-2"],
+    ),
+}
+
+
+@pytest.mark.parametrize("method", ["auto", "segment", "padded"])
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+@pytest.mark.parametrize("case", LABELLED)
+def test_labels_match_reference(xp, case, estimator, method):
+    rewards, labels = LABELLED[case]
+    native = not array_api_compat.is_array_api_strict_namespace(xp)
+    r = xp.asarray(rewards, dtype=xp.float64)
+    if method == "segment" and not native:
+        with pytest.raises(TypeError, match="no native segment operations"):
+            make_groups(r, group_ids=labels, method=method)
+        return
+    groups = make_groups(r, group_ids=labels, method=method)
+    res = compute_advantages(r, estimator, groups=groups)
+    assert_close(res.advantages, reference_advantages(rewards, labels, estimator), xp=xp)
+
+
+def test_layout_choice(xp):
+    r = xp.zeros(6, dtype=xp.float64)
+    assert isinstance(make_groups(r, group_size=3), Contiguous)
+    # Contiguous labels are detected, whatever their type.
+    assert isinstance(make_groups(r, group_ids=["u", "u", "u", "v", "v", "v"]), Contiguous)
+    assert isinstance(make_groups(r, group_ids=np.array([9, 9, 4, 4, 1, 1])), Contiguous)
+    device_ids = xp.asarray([5, 5, 2, 2, 8, 8])
+    assert make_groups(r, group_ids=device_ids).num_groups == 3
+    # Two runs of the same label are one group, not contiguous.
+    repeated = make_groups(r, group_ids=["u", "u", "v", "v", "u", "u"])
+    assert not isinstance(repeated, Contiguous)
+    assert repeated.num_groups == 2
+    native = not array_api_compat.is_array_api_strict_namespace(xp)
+    shuffled = make_groups(r, group_ids=[0, 1, 0, 1, 0, 1])
+    assert isinstance(shuffled, Segmented if native else Padded)
+    assert repr(shuffled).endswith("(num_rollouts=6, num_groups=2)")
+
+
+def test_device_labels_shuffled(xp):
+    rewards = [1.0, 0.0, 0.5, 0.0, 1.0, 0.25, 2.0]
+    labels = [30, 10, 30, 20, 10, 10, 30]
+    r = xp.asarray(rewards, dtype=xp.float64)
+    res = compute_advantages(r, "budget", group_ids=xp.asarray(labels))
+    assert_close(res.advantages, reference_advantages(rewards, labels, "budget"), xp=xp)
+    assert res.num_groups == 3
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+def test_dtypes(xp, estimator):
+    fn = ESTIMATORS[estimator]
+    ints = xp.asarray([1, 0, 0, 1, 1, 1])
+    out = fn(ints, group_size=3)
+    default = xp.__array_namespace_info__().default_dtypes()["real floating"]
+    assert out.dtype == default
+    assert fn(xp.asarray([True, False, False, True]), group_size=2).dtype == default
+    assert fn(xp.asarray([1.0, 0.0], dtype=xp.float32), group_size=2).dtype == xp.float32
+    if hasattr(xp, "float16"):
+        half = fn(xp.asarray([1.0, 0.0, 0.0, 0.0], dtype=xp.float16), group_size=4)
+        assert half.dtype == xp.float32
+        expected = reference_advantages([1, 0, 0, 0], [0] * 4, estimator)
+        assert_close(half, expected, xp=xp)
+    float64 = xp.asarray([1.0, 0.0], dtype=xp.float64)
+    if float64.dtype == xp.float64:  # jax without x64 makes it float32
+        assert fn(float64, group_size=2).dtype == xp.float64
+
+
+def test_torch_bfloat16_is_upcast():
+    torch = pytest.importorskip("torch")
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.5], dtype=torch.bfloat16)
+    out = budget_advantage(rewards, group_size=4)
+    assert out.dtype == torch.float32
+    np.testing.assert_allclose(
+        out.numpy(), reference_advantages([1, 0, 0, 0.5], [0] * 4, "budget"), rtol=1e-6
+    )
+
+
+def test_torch_device_and_grad_free():
+    torch = pytest.importorskip("torch")
+    rewards = torch.tensor([1.0, 0.0, 1.0, 1.0], requires_grad=False)
+    out = budget_advantage(rewards, group_ids=torch.tensor([0, 0, 1, 1]))
+    assert out.device == rewards.device
+    assert isinstance(out, torch.Tensor)
+
+
+def test_near_ties_are_ties_and_tolerance_is_configurable():
+    b = np.float32(0.3)
+    a = np.nextafter(b, np.float32(1))  # one float32 ulp apart
+    rewards = np.array([a, b, b, b], dtype=np.float32)
+    np.testing.assert_array_equal(budget_advantage(rewards, group_size=4), 0.0)
+    summed = np.array([0.1 + 0.2, 0.3, 0.3, 0.3])  # float64 rounding noise
+    assert summed[0] != summed[1]
+    np.testing.assert_array_equal(budget_advantage(summed, group_size=4), 0.0)
+    res = compute_advantages(rewards, "budget", group_size=4, tie_rtol=0, tie_atol=0)
+    assert res.num_skipped == 0
+    assert float(np.abs(res.advantages).max()) == pytest.approx(0.75)
+    # Real gaps of 1e-3 on the usual scale are not ties.
+    assert compute_advantages(
+        np.array([1.0, 1.001]), "budget", group_size=2
+    ).num_skipped == 0
+
+
+def test_constant_float32_group_is_exactly_zero(xp):
+    rewards = xp.asarray([0.1, 0.1, 0.1, 0.7, 0.7, 0.7], dtype=xp.float32)
+    for fn in ESTIMATORS.values():
+        out = fn(rewards, group_size=3, tie_rtol=0, tie_atol=0)
+        assert np.all(to_numpy(out) == 0.0)
+
+
+def test_budget_scale():
+    rewards = np.array([1.0, 0.0, 0.0, 0.0])
+    np.testing.assert_allclose(
+        budget_advantage(rewards, group_size=4, budget=4.0), [3.0, -1.0, -1.0, -1.0]
+    )
+
+
+def test_singletons_raw_is_verls_convention():
+    rewards = np.array([3.0, 1.0, 0.0, -2.0])
+    labels = ["solo", "pair", "pair", "neg"]
+    eps = 1e-6
+    grpo = group_normalized_advantage(rewards, group_ids=labels, singletons="raw", eps=eps)
+    pair = 0.5 / (math.sqrt(0.5) + eps)
+    np.testing.assert_allclose(grpo, [3.0 / (1 + eps), pair, -pair, -2.0 / (1 + eps)])
+    np.testing.assert_allclose(
+        dr_advantage(rewards, group_ids=labels, singletons="raw"), [3.0, 0.5, -0.5, -2.0]
+    )
+    np.testing.assert_allclose(
+        rloo_advantage(rewards, group_ids=labels, singletons="raw"), [3.0, 1.0, -1.0, -2.0]
+    )
+    res = compute_advantages(rewards, "grpo", group_ids=labels, singletons="raw")
+    assert res.valid.tolist() == [True, True, True, True]
+    skip = compute_advantages(rewards, "grpo", group_ids=labels)
+    assert skip.valid.tolist() == [False, True, True, False]
+
+
+def test_biased_std_and_eps():
+    rewards = np.array([1.0, 0.0])
+    np.testing.assert_allclose(
+        group_normalized_advantage(rewards, group_size=2, std_correction=0, eps=0.0), [1.0, -1.0]
+    )
+    np.testing.assert_allclose(
+        group_normalized_advantage(rewards, group_size=2, eps=1e-4),
+        [0.5 / (math.sqrt(0.5) + 1e-4), -0.5 / (math.sqrt(0.5) + 1e-4)],
+    )
+
+
+def test_nan_policy_omit(xp):
+    nan = float("nan")
+    rewards = xp.asarray([1.0, nan, 0.0, 0.0, nan, nan, 1.0, 0.0], dtype=xp.float64)
+    labels = [0, 0, 0, 0, 1, 1, 2, 2]
+    for estimator in ESTIMATORS:
+        res = compute_advantages(rewards, estimator, group_ids=labels, nan_policy="omit")
+        expected = reference_advantages(
+            [1.0, 0.0, 0.0, 1.0, 0.0], [0, 0, 0, 2, 2], estimator
+        )
+        full = np.zeros(8)
+        full[[0, 2, 3, 6, 7]] = expected
+        assert_close(res.advantages, full, xp=xp)
+        assert to_numpy(res.valid).tolist() == [True, False, True, True, False, False, True, True]
+        assert to_numpy(res.group_skipped).tolist() == [False, True, False]
+
+
+def test_result_fields(xp):
+    rewards = xp.asarray([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.5, 0.0], dtype=xp.float64)
+    labels = ["a", "b", "c", "a", "b", "c", "a", "b", "c"]
+    res = compute_advantages(rewards, "budget", group_ids=labels)
+    assert res.estimator == "budget"
+    assert res.num_groups == 3
+    assert res.num_skipped == 0
+    assert to_numpy(res.group_index).tolist() == [0, 1, 2] * 3
+    # a: [1, 1, 0] -> 1/6, -1/3; b: [0, 1, .5] -> -1/3, 1/3; c: [0, 1, 0] -> -1/3, 2/3
+    assert_close(res.group_advantage_gap, [0.5, 2 / 3, 1.0], xp=xp)
+    contiguous = compute_advantages(rewards, "dr", group_size=3)
+    assert to_numpy(contiguous.group_index).tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    assert to_numpy(contiguous.valid).tolist() == [True] * 3 + [False] * 3 + [True] * 3
+    assert_close(contiguous.group_advantage_gap, [1.0, 0.0, 0.5], xp=xp)
+
+
+def test_registry_and_aliases():
+    assert {"budget", "grpo", "dr", "rloo"} <= set(estimator_names())
+    assert get_estimator("reward_budget") is get_estimator("budget")
+    assert get_estimator("dr_grpo") is get_estimator("dr")
+    assert get_estimator("group_norm") is get_estimator("grpo")
+    res = compute_advantages(np.array([1.0, 0.0]), "reward_budget", group_size=2)
+    assert res.estimator == "budget"
+
+    def halved_budget(grouped, *, budget=1.0):
+        return get_estimator("budget")(grouped, budget=budget / 2)
+
+    out = compute_advantages(np.array([1.0, 0.0]), halved_budget, group_size=2)
+    np.testing.assert_allclose(out.advantages, [0.25, -0.25])
+    assert out.estimator == "halved_budget"
+    try:
+        register_estimator("halved", halved_budget)
+        assert compute_advantages(np.array([1.0, 0.0]), "halved", group_size=2).estimator == "halved"
+        register_estimator("halved", halved_budget)  # the same function again is fine
+        with pytest.raises(ValueError, match="already registered"):
+            register_estimator("halved", lambda g: g.gap)
+        with pytest.raises(ValueError, match="already registered"):
+            register_estimator("budget", halved_budget)
+    finally:
+        _compute._ESTIMATORS.pop("halved", None)
+
+
+def test_python_lists_are_accepted():
+    np.testing.assert_allclose(budget_advantage([1, 0], group_size=2), [0.5, -0.5])
+
+
+def test_token_advantages(xp):
+    adv = xp.asarray([0.5, -0.25], dtype=xp.float32)
+    mask = xp.asarray([[1, 1, 0], [0, 1, 1]])
+    out = token_advantages(adv, mask)
+    assert_close(out, [[0.5, 0.5, 0.0], [0.0, -0.25, -0.25]], xp=xp, dtype=xp.float32)
+    bool_mask = xp.asarray([[True, False, False], [True, True, True]])
+    assert_close(token_advantages(adv, bool_mask), [[0.5, 0, 0], [-0.25] * 3], xp=xp)
