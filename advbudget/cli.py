@@ -29,7 +29,9 @@ def _main() -> None:
 
 @app.command()
 def explain(
-    group_size: Annotated[int, typer.Option("--group-size", "-G", min=2, help="Rollouts per prompt.")] = 8,
+    group_size: Annotated[
+        int, typer.Option("--group-size", "-G", min=2, help="Rollouts per prompt.")
+    ] = 8,
     estimators: Annotated[
         str, typer.Option(help="Comma-separated estimator names.")
     ] = "budget,grpo,dr,rloo",
@@ -118,14 +120,24 @@ def _plot(
         left.plot(k, wrong, marker="x", linestyle="--", color=line.get_color())
         right.plot(p, theory.implied_slope(name, group_size, p), label=name)
     right.plot(
-        p, theory.objective_slope(p, group_size), color="black", linestyle=":",
+        p,
+        theory.objective_slope(p, group_size),
+        color="black",
+        linestyle=":",
         label=f"f'_{group_size - 1}(p)",
     )
     left.axhline(0, color="grey", linewidth=0.5)
-    left.set(xlabel=f"k correct of G = {group_size}", ylabel="advantage",
-             title="Advantages (solid: correct, dashed: wrong)")
-    right.set(xlabel="success probability p", ylabel="dJ/dp", yscale="log",
-              title="Implied objective slope")
+    left.set(
+        xlabel=f"k correct of G = {group_size}",
+        ylabel="advantage",
+        title="Advantages (solid: correct, dashed: wrong)",
+    )
+    right.set(
+        xlabel="success probability p",
+        ylabel="dJ/dp",
+        yscale="log",
+        title="Implied objective slope",
+    )
     left.legend(fontsize=8)
     right.legend(fontsize=8)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -28,8 +28,10 @@ def kappa(reward_gap: Any, beta: float) -> Any:
         >>> kappa(1.0, beta=0.001)
         1000.0
     """
-    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not (
-        math.isfinite(beta) and beta > 0
+    if (
+        isinstance(beta, bool)
+        or not isinstance(beta, (int, float))
+        or not (math.isfinite(beta) and beta > 0)
     ):
         raise ValueError(f"beta: expected a positive finite KL coefficient, got {beta!r}")
     return reward_gap / beta
@@ -107,9 +109,7 @@ def kappa_eff(
     if groups is None:
         groups = make_groups(advantages, group_size=group_size, group_ids=group_ids)
     elif groups.num_rollouts != n:
-        raise ValueError(
-            f"groups: expected groups of {n} rollouts, got {groups.num_rollouts}"
-        )
+        raise ValueError(f"groups: expected groups of {n} rollouts, got {groups.num_rollouts}")
     change = xp.astype(new, advantages.dtype) - xp.astype(old, advantages.dtype)
     rows = groups.rows(advantages)
     top, bottom = groups.max(rows), groups.min(rows)
@@ -123,9 +123,7 @@ def kappa_eff(
     return values[has_gap]
 
 
-def _sequence(
-    logp: Any, name: str, n: int, response_mask: Any, length_normalized: bool
-) -> Array:
+def _sequence(logp: Any, name: str, n: int, response_mask: Any, length_normalized: bool) -> Array:
     logp, xp = as_array(logp, name)
     if logp.ndim == 2:
         if response_mask is None:

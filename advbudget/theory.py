@@ -105,8 +105,10 @@ def binary_advantages(
     Example:
         >>> from advbudget.theory import binary_advantages
         >>> correct, wrong = binary_advantages("budget", 4)
-        >>> correct.round(4), wrong.round(4)
-        (array([   nan, 0.75  , 0.25  , 0.0833, 0.    ]), array([-0.  , -0.25, -0.25, -0.25,   nan]))
+        >>> correct.round(4)
+        array([   nan, 0.75  , 0.25  , 0.0833, 0.    ])
+        >>> wrong.round(4)
+        array([ 0.  , -0.25, -0.25, -0.25,   nan])
     """
     _check_group_size(group_size)
     k = np.arange(group_size + 1)

@@ -41,7 +41,12 @@ HAND_CASES = {
         {
             "budget": [0.75, -0.25, -0.25, -0.25],
             # mean 1/4, unbiased std sqrt(3/4 / 3) = 1/2
-            "grpo": [0.75 / (0.5 + 1e-6), -0.25 / (0.5 + 1e-6), -0.25 / (0.5 + 1e-6), -0.25 / (0.5 + 1e-6)],
+            "grpo": [
+                0.75 / (0.5 + 1e-6),
+                -0.25 / (0.5 + 1e-6),
+                -0.25 / (0.5 + 1e-6),
+                -0.25 / (0.5 + 1e-6),
+            ],
             "dr": [0.75, -0.25, -0.25, -0.25],
             "rloo": [1.0, -THIRD, -THIRD, -THIRD],
         },
@@ -78,7 +83,7 @@ HAND_CASES = {
             "rloo": [-2.5, 0.5, 2.0],
         },
     ),
-    "all tied": ([0.5, 0.5, 0.5, 0.5], 4, dict.fromkeys(ESTIMATORS, [0.0] * 4)),
+    "all tied": ([0.5, 0.5, 0.5, 0.5], 4, {name: [0.0] * 4 for name in ESTIMATORS}),
     "two groups, one skipped": (
         [1, 0, 1, 1],
         2,
@@ -89,7 +94,7 @@ HAND_CASES = {
             "rloo": [1.0, -1.0, 0.0, 0.0],
         },
     ),
-    "singletons": ([3.0, -1.0], 1, dict.fromkeys(ESTIMATORS, [0.0, 0.0])),
+    "singletons": ([3.0, -1.0], 1, {name: [0.0, 0.0] for name in ESTIMATORS}),
 }
 
 
@@ -223,9 +228,7 @@ def test_near_ties_are_ties_and_tolerance_is_configurable():
     assert res.num_skipped == 0
     assert float(np.abs(res.advantages).max()) == pytest.approx(0.75)
     # Real gaps of 1e-3 on the usual scale are not ties.
-    assert compute_advantages(
-        np.array([1.0, 1.001]), "budget", group_size=2
-    ).num_skipped == 0
+    assert compute_advantages(np.array([1.0, 1.001]), "budget", group_size=2).num_skipped == 0
 
 
 def test_constant_float32_group_is_exactly_zero(xp):
@@ -278,9 +281,7 @@ def test_nan_policy_omit(xp):
     labels = [0, 0, 0, 0, 1, 1, 2, 2]
     for estimator in ESTIMATORS:
         res = compute_advantages(rewards, estimator, group_ids=labels, nan_policy="omit")
-        expected = reference_advantages(
-            [1.0, 0.0, 0.0, 1.0, 0.0], [0, 0, 0, 2, 2], estimator
-        )
+        expected = reference_advantages([1.0, 0.0, 0.0, 1.0, 0.0], [0, 0, 0, 2, 2], estimator)
         full = np.zeros(8)
         full[[0, 2, 3, 6, 7]] = expected
         assert_close(res.advantages, full, xp=xp)
@@ -320,7 +321,9 @@ def test_registry_and_aliases():
     assert out.estimator == "halved_budget"
     try:
         register_estimator("halved", halved_budget)
-        assert compute_advantages(np.array([1.0, 0.0]), "halved", group_size=2).estimator == "halved"
+        assert (
+            compute_advantages(np.array([1.0, 0.0]), "halved", group_size=2).estimator == "halved"
+        )
         register_estimator("halved", halved_budget)  # the same function again is fine
         with pytest.raises(ValueError, match="already registered"):
             register_estimator("halved", lambda g: g.gap)

@@ -56,8 +56,10 @@ def budget_advantage(
     Example:
         >>> import numpy as np
         >>> from advbudget import budget_advantage
-        >>> budget_advantage(np.array([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0]), group_size=4)
-        array([ 0.75, -0.25, -0.25, -0.25,  0.08333333,  0.08333333,  0.08333333, -0.25      ])
+        >>> rewards = np.array([1, 0, 0, 0, 1, 1, 1, 0])  # 1 of 4 correct, then 3 of 4
+        >>> budget_advantage(rewards, group_size=4).round(4)
+        array([ 0.75  , -0.25  , -0.25  , -0.25  ,  0.0833,  0.0833,  0.0833,
+               -0.25  ])
     """
     return compute_advantages(
         rewards,

@@ -21,7 +21,12 @@ Namespace = Any
 
 def as_array(values: Any, name: str) -> tuple[Array, Namespace]:
     """Return ``values`` as an array with its namespace; Python sequences become numpy."""
-    if isinstance(values, (list, tuple)) or np.isscalar(values):
+    if _torch_compiling(values):
+        # array-api-compat's lookups are lru_cached, which dynamo warns about.
+        from array_api_compat import torch as torch_namespace
+
+        return values, torch_namespace
+    if isinstance(values, (list, tuple, int, float, complex, np.generic)):
         values = np.asarray(values)
     try:
         xp = array_api_compat.array_namespace(values)
@@ -31,6 +36,25 @@ def as_array(values: Any, name: str) -> tuple[Array, Namespace]:
             f"or a list, got {type(values).__name__}"
         ) from None
     return values, xp
+
+
+_BACKENDS = {
+    "numpy": "numpy",
+    "array_api_compat.numpy": "numpy",
+    "torch": "torch",
+    "array_api_compat.torch": "torch",
+    "jax.numpy": "jax",
+}
+
+
+def backend(xp: Namespace) -> str:
+    """``"numpy"``, ``"torch"``, ``"jax"``, or the namespace's name for any other.
+
+    A plain name lookup: array-api-compat's ``is_*_namespace`` are lru_cached, which
+    torch.compile warns about.
+    """
+    name: str = xp.__name__
+    return _BACKENDS.get(name, name)
 
 
 def compute_dtype(xp: Namespace, dtype: Any, device: Any, name: str) -> Any:
@@ -49,31 +73,32 @@ def compute_dtype(xp: Namespace, dtype: Any, device: Any, name: str) -> Any:
     return dtype
 
 
+def _torch_compiling(x: Array) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor) and bool(torch.compiler.is_compiling())
+
+
+def device_of(x: Array) -> Any:
+    """The device ``x`` lives on."""
+    return x.device if _torch_compiling(x) else array_api_compat.device(x)
+
+
 def is_traced(x: Array) -> bool:
     """Whether ``x`` is being traced (jax.jit, torch.compile): its values cannot be read."""
+    if _torch_compiling(x):
+        return True
     jax = sys.modules.get("jax")
     if jax is not None and array_api_compat.is_jax_array(x):
         return isinstance(x, jax.core.Tracer)  # concrete jax arrays can be read
-    if array_api_compat.is_lazy_array(x):  # dask, ndonnx, ...
-        return True
-    torch = sys.modules.get("torch")
-    return torch is not None and bool(torch.compiler.is_compiling())
+    return bool(array_api_compat.is_lazy_array(x))  # dask, ndonnx, ...
 
 
 def check_same_device(reference: Array, other: Array, reference_name: str, name: str) -> None:
     """Raise if ``other`` lives on another device than ``reference``."""
-    expected, got = array_api_compat.device(reference), array_api_compat.device(other)
+    expected, got = device_of(reference), device_of(other)
     if expected != got:
         raise ValueError(
             f"{name}: expected an array on the same device as {reference_name} "
             f"({expected}), got one on {got}"
         )
 
-
-def to_numpy(x: Array) -> np.ndarray[Any, Any]:
-    """Copy any array to a numpy array on the host (for small host-side work)."""
-    if isinstance(x, np.ndarray):
-        return x
-    if array_api_compat.is_torch_array(x):
-        return np.asarray(x.detach().cpu())  # type: ignore[no-any-return]
-    return np.asarray(x)

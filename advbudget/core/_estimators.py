@@ -119,8 +119,10 @@ def _with_raw_singletons(g: GroupedRewards, advantages: Array, scale: float = 1.
 
 def budget(g: GroupedRewards, *, budget: float = 1.0) -> Array:
     """Reward budgeting: the group's budget B split in proportion to the reward gaps."""
-    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not (
-        math.isfinite(budget) and budget > 0
+    if (
+        isinstance(budget, bool)
+        or not isinstance(budget, (int, float))
+        or not (math.isfinite(budget) and budget > 0)
     ):
         raise ValueError(f"budget: expected a positive finite number, got {budget!r}")
     if g.raw_singletons is not None:
@@ -162,4 +164,3 @@ def rloo(g: GroupedRewards) -> Array:
     xp, keep = g.xp, g.kept()
     factor = xp.where(keep, g.count / _safe(xp, g.count > 1, g.count - 1), 0)
     return _with_raw_singletons(g, _deviation(g) * g.expand(factor))
-

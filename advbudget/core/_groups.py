@@ -26,7 +26,7 @@ from typing import Any, Literal
 import array_api_compat
 import numpy as np
 
-from ._arrays import Array, Namespace, as_array, check_same_device, is_traced
+from ._arrays import Array, Namespace, as_array, backend, check_same_device, is_traced
 
 GroupMethod = Literal["auto", "segment", "padded"]
 
@@ -84,7 +84,9 @@ class Groups(ABC):
         """The group of each rollout, ``[N]`` integers in ``0..M-1``."""
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(num_rollouts={self.num_rollouts}, num_groups={self.num_groups})"
+        return (
+            f"{type(self).__name__}(num_rollouts={self.num_rollouts}, num_groups={self.num_groups})"
+        )
 
 
 class Contiguous(Groups):
@@ -95,7 +97,7 @@ class Contiguous(Groups):
         self.num_rollouts, self.group_size = num_rollouts, group_size
         self.num_groups = num_rollouts // group_size
         # numpy reduces short trailing axes slowly; summing the G columns is ~2x faster.
-        self._fold_columns = array_api_compat.is_numpy_namespace(xp) and group_size <= 16
+        self._fold_columns = backend(xp) == "numpy" and group_size <= 16
 
     def rows(self, x: Array) -> Array:
         return self.xp.reshape(x, (self.num_groups, self.group_size))
@@ -144,14 +146,10 @@ class Segmented(Groups):
         self.xp, self.device = xp, device
         self.index, self.num_groups = index, num_groups
         self.num_rollouts = int(index.shape[0])
-        if array_api_compat.is_numpy_namespace(xp):
-            self._ops: _SegmentOps = _NumpySegmentOps(index, num_groups)
-        elif array_api_compat.is_torch_namespace(xp):
-            self._ops = _TorchSegmentOps(index, num_groups)
-        elif array_api_compat.is_jax_namespace(xp):
-            self._ops = _JaxSegmentOps(index, num_groups)
-        else:
+        ops = _SEGMENT_OPS.get(backend(xp))
+        if ops is None:
             raise TypeError(f"no native segment operations for {xp.__name__}; use Padded")
+        self._ops: _SegmentOps = ops(xp, index, num_groups)
         self._sizes = self._ops.sum(xp.ones(self.num_rollouts, device=device))
 
     def rows(self, x: Array) -> Array:
@@ -247,6 +245,9 @@ def _smallest(xp: Namespace, dtype: Any) -> Any:
 
 
 class _SegmentOps(ABC):
+    def __init__(self, xp: Namespace, index: Array, num_groups: int):
+        self.xp, self.index, self.num_groups = xp, index, num_groups
+
     @abstractmethod
     def sum(self, x: Array) -> Array: ...
 
@@ -258,9 +259,6 @@ class _SegmentOps(ABC):
 
 
 class _NumpySegmentOps(_SegmentOps):
-    def __init__(self, index: Array, num_groups: int):
-        self.index, self.num_groups = index, num_groups
-
     def sum(self, x: Array) -> Array:
         if x.dtype == np.bool_ or np.issubdtype(x.dtype, np.integer):
             out = np.zeros(self.num_groups, dtype=x.dtype)
@@ -281,9 +279,6 @@ class _NumpySegmentOps(_SegmentOps):
 
 
 class _TorchSegmentOps(_SegmentOps):
-    def __init__(self, index: Array, num_groups: int):
-        self.index, self.num_groups = index, num_groups
-
     def sum(self, x: Array) -> Array:
         out = x.new_zeros(self.num_groups)
         return out.index_add_(0, self.index, x)
@@ -293,19 +288,15 @@ class _TorchSegmentOps(_SegmentOps):
         return out.scatter_reduce_(0, self.index, x, reduce=reduce, include_self=True)
 
     def min(self, x: Array) -> Array:
-        return self._reduce(x, "amin", _largest(_torch_xp(), x.dtype))
+        return self._reduce(x, "amin", _largest(self.xp, x.dtype))
 
     def max(self, x: Array) -> Array:
-        return self._reduce(x, "amax", _smallest(_torch_xp(), x.dtype))
-
-
-def _torch_xp() -> Namespace:
-    return array_api_compat.array_namespace(sys.modules["torch"].empty(0))
+        return self._reduce(x, "amax", _smallest(self.xp, x.dtype))
 
 
 class _JaxSegmentOps(_SegmentOps):
-    def __init__(self, index: Array, num_groups: int):
-        self.index, self.num_groups = index, num_groups
+    def __init__(self, xp: Namespace, index: Array, num_groups: int):
+        super().__init__(xp, index, num_groups)
         self.ops = sys.modules["jax"].ops
 
     def sum(self, x: Array) -> Array:
@@ -316,6 +307,13 @@ class _JaxSegmentOps(_SegmentOps):
 
     def max(self, x: Array) -> Array:
         return self.ops.segment_max(x, self.index, num_segments=self.num_groups)
+
+
+_SEGMENT_OPS: dict[str, type[_SegmentOps]] = {
+    "numpy": _NumpySegmentOps,
+    "torch": _TorchSegmentOps,
+    "jax": _JaxSegmentOps,
+}
 
 
 # -- building groups ------------------------------------------------------------------
@@ -377,7 +375,11 @@ def _from_ids(
 ) -> Groups:
     host = isinstance(group_ids, (Sequence, np.ndarray)) and not isinstance(group_ids, str)
     if host:
-        labels = np.asarray(group_ids) if not isinstance(group_ids, np.ndarray) else group_ids
+        labels = np.asarray(group_ids)
+        if labels.dtype.kind not in "iubOUS":
+            raise TypeError(
+                f"group_ids: expected integer or string labels, got dtype {labels.dtype}"
+            )
     else:
         labels, ids_xp = as_array(group_ids, "group_ids")
         if like is not None:
@@ -410,12 +412,7 @@ def _from_ids(
             rows = xp.reshape(codes, (num_groups, num_rollouts // num_groups))
             if bool(xp.all(rows == rows[:, :1])):
                 return Contiguous(xp, device, num_rollouts, num_rollouts // num_groups)
-    native = (
-        array_api_compat.is_numpy_namespace(xp)
-        or array_api_compat.is_torch_namespace(xp)
-        or array_api_compat.is_jax_namespace(xp)
-    )
-    if method == "segment" or (method == "auto" and native):
+    if method == "segment" or (method == "auto" and backend(xp) in _SEGMENT_OPS):
         return Segmented(xp, device, codes, num_groups)
     return Padded(xp, device, codes, num_groups)
 
@@ -446,10 +443,6 @@ def _factorize_host(labels: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any],
     """Integer codes 0..M-1 in first-appearance order, in O(N)."""
     if labels.dtype.kind in "iub":
         return _factorize_integers(labels)
-    if labels.dtype.kind not in "OUS":
-        raise TypeError(
-            f"group_ids: expected integer or string labels, got dtype {labels.dtype}"
-        )
     table: dict[Any, int] = {}
     codes = np.fromiter(
         (table.setdefault(label, len(table)) for label in labels.tolist()),

@@ -1,0 +1,150 @@
+"""Bad input gets an error naming the argument, what was expected and what was given."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from advbudget import (
+    budget_advantage,
+    compute_advantages,
+    group_normalized_advantage,
+    make_groups,
+    token_advantages,
+)
+
+
+def test_nan_and_inf_rewards(xp):
+    nan = xp.asarray([1.0, float("nan"), 0.0, 1.0])
+    with pytest.raises(
+        ValueError, match=r"rewards: expected finite numbers, got 1 of 4 .*index 1.* NaN"
+    ):
+        budget_advantage(nan, group_size=2)
+    inf = xp.asarray([1.0, 0.0, float("inf"), 1.0])
+    with pytest.raises(ValueError, match=r"rewards: .* 1 of 4 \(first at index 2\) infinite"):
+        budget_advantage(inf, group_size=2)
+    with pytest.raises(ValueError, match="infinite"):
+        budget_advantage(inf, group_size=2, nan_policy="omit")
+
+
+@pytest.mark.parametrize(
+    ("rewards", "message"),
+    [
+        ([[1.0, 0.0], [0.0, 1.0]], r"rewards: expected a 1-D array .* got shape \(2, 2\)"),
+        ([], r"rewards: expected at least one rollout, got an empty array"),
+    ],
+)
+def test_reward_shape(xp, rewards, message):
+    with pytest.raises(ValueError, match=message):
+        budget_advantage(xp.asarray(rewards, dtype=xp.float32), group_size=1)
+
+
+def test_scalar_and_complex_rewards():
+    with pytest.raises(ValueError, match=r"rewards: expected a 1-D array .* got shape \(\)"):
+        budget_advantage(1.0, group_size=1)
+    with pytest.raises(TypeError, match=r"rewards: expected real numbers .* complex"):
+        budget_advantage(np.array([1j, 0j]), group_size=2)
+    with pytest.raises(TypeError, match=r"rewards: expected an array .* got dict"):
+        budget_advantage({"a": 1}, group_size=1)
+
+
+def test_grouping_arguments(xp):
+    r = xp.asarray([1.0, 0.0, 1.0, 0.0, 1.0, 0.0])
+    with pytest.raises(
+        ValueError, match=r"group_size / group_ids: expected exactly one .* got neither"
+    ):
+        budget_advantage(r)
+    with pytest.raises(ValueError, match="got both"):
+        budget_advantage(r, group_size=2, group_ids=[0] * 6)
+    with pytest.raises(
+        ValueError, match=r"group_size: expected a divisor of the number of rollouts \(6\), got 4"
+    ):
+        budget_advantage(r, group_size=4)
+    with pytest.raises(ValueError, match="group_size: expected a positive int, got 0"):
+        budget_advantage(r, group_size=0)
+    with pytest.raises(TypeError, match=r"group_size: expected a positive int, got float 2.0"):
+        budget_advantage(r, group_size=2.0)
+    with pytest.raises(TypeError, match="group_size: expected a positive int, got bool"):
+        budget_advantage(r, group_size=True)
+    with pytest.raises(
+        ValueError,
+        match=r"group_ids: expected one label per rollout, shape \(6,\), got shape \(5,\)",
+    ):
+        budget_advantage(r, group_ids=["a"] * 5)
+    with pytest.raises(ValueError, match=r"group_ids: .* got shape \(7,\)"):
+        budget_advantage(r, group_ids=xp.asarray([0, 0, 0, 1, 1, 1, 1]))
+    with pytest.raises(
+        TypeError, match="group_ids: expected integer or string labels, got dtype float64"
+    ):
+        budget_advantage(r, group_ids=np.array([0.5] * 6))
+    with pytest.raises(TypeError, match=r"group_ids: expected integer .*labels.* got dtype"):
+        budget_advantage(r, group_ids=xp.asarray([0.5] * 6))
+
+
+def test_reused_groups_must_match(xp):
+    r = xp.asarray([1.0, 0.0, 1.0, 0.0])
+    groups = make_groups(r, group_size=2)
+    with pytest.raises(
+        ValueError, match="groups: expected groups of the 6 rewards, got groups of 4"
+    ):
+        budget_advantage(xp.asarray([1.0, 0.0, 1.0, 0.0, 1.0, 0.0]), groups=groups)
+    with pytest.raises(ValueError, match="groups: expected alone"):
+        budget_advantage(r, groups=groups, group_size=2)
+    with pytest.raises(TypeError, match="groups: expected a Groups object, got list"):
+        budget_advantage(r, groups=[0, 0, 1, 1])
+    other = make_groups(np.asarray([1.0, 0.0, 1.0, 0.0]), group_size=2)
+    if other.xp is not groups.xp:
+        with pytest.raises(ValueError, match="groups: expected groups built for"):
+            budget_advantage(r, groups=other)
+
+
+@pytest.mark.parametrize("budget", [-1.0, 0.0, float("inf"), float("nan"), "1", True])
+def test_bad_budget(budget):
+    with pytest.raises(ValueError, match="budget: expected a positive finite number"):
+        budget_advantage(np.array([1.0, 0.0]), group_size=2, budget=budget)
+
+
+def test_bad_options():
+    r = np.array([1.0, 0.0])
+    with pytest.raises(ValueError, match=r"estimator: expected one of 'budget', .* got 'grpoo'"):
+        compute_advantages(r, "grpoo", group_size=2)
+    with pytest.raises(TypeError, match="estimator: expected a name or a callable, got int"):
+        compute_advantages(r, 3, group_size=2)
+    with pytest.raises(
+        ValueError, match=r"nan_policy: expected one of \('raise', 'omit'\), got 'drop'"
+    ):
+        budget_advantage(r, group_size=2, nan_policy="drop")
+    with pytest.raises(ValueError, match="tie_rtol: expected a finite number >= 0, got -1"):
+        budget_advantage(r, group_size=2, tie_rtol=-1)
+    with pytest.raises(ValueError, match="eps: expected a finite number >= 0"):
+        group_normalized_advantage(r, group_size=2, eps=-1e-6)
+    with pytest.raises(ValueError, match=r"std_correction: expected 0 .* or 1 .* got 2"):
+        group_normalized_advantage(r, group_size=2, std_correction=2)
+    with pytest.raises(ValueError, match="singletons: expected 'skip' for the budget estimator"):
+        compute_advantages(r, "budget", group_size=2, singletons="raw")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'budget'"):
+        compute_advantages(r, "grpo", group_size=2, budget=2.0)
+
+
+def test_mixed_devices():
+    torch = pytest.importorskip("torch")
+    rewards = torch.tensor([1.0, 0.0, 1.0, 0.0])
+    on_meta = torch.tensor([0, 0, 1, 1], device="meta")
+    with pytest.raises(
+        ValueError,
+        match=r"group_ids: expected an array on the same device as rewards \(cpu\), got .* meta",
+    ):
+        budget_advantage(rewards, group_ids=on_meta)
+    with pytest.raises(
+        ValueError, match="response_mask: expected an array on the same device as advantages"
+    ):
+        token_advantages(rewards, torch.ones(4, 3, device="meta"))
+
+
+def test_token_advantages_shapes():
+    with pytest.raises(ValueError, match=r"response_mask: expected shape \(2, T\) .* got \(3, 4\)"):
+        token_advantages(np.zeros(2), np.ones((3, 4)))
+    with pytest.raises(
+        ValueError, match=r"advantages: expected a 1-D array \[B\], got shape \(2, 1\)"
+    ):
+        token_advantages(np.zeros((2, 1)), np.ones((2, 4)))
