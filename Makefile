@@ -24,7 +24,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 test: lint typecheck
-	$(BIN)/python -m pytest -n 2 --dist loadgroup
+	ADVBUDGET_REQUIRE_BACKENDS=1 $(BIN)/python -m pytest -n 2
 
 demo: $(STAMP)
 	$(BIN)/advbudget explain --group-size 8 --plot demo/explain.png

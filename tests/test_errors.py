@@ -13,6 +13,8 @@ from advbudget import (
     token_advantages,
 )
 
+from .conftest import assert_close, to_numpy
+
 
 def test_nan_and_inf_rewards(xp):
     nan = xp.asarray([1.0, float("nan"), 0.0, 1.0])
@@ -79,6 +81,26 @@ def test_grouping_arguments(xp):
         budget_advantage(r, group_ids=np.array([0.5] * 6))
     with pytest.raises(TypeError, match=r"group_ids: expected integer .*labels.* got dtype"):
         budget_advantage(r, group_ids=xp.asarray([0.5] * 6))
+
+
+def test_num_groups_codes(xp):
+    r = xp.asarray([1.0, 0.0, 1.0, 0.0])
+    groups = make_groups(r, group_ids=xp.asarray([1, 0, 1, 0]), num_groups=2)
+    assert groups.num_groups == 2
+    # A code that no rollout uses is an empty group: skipped, not an error.
+    sparse = make_groups(r, group_ids=xp.asarray([1, 0, 0, 1]), num_groups=3)
+    res = compute_advantages(r, "budget", groups=sparse)
+    assert to_numpy(res.group_skipped).tolist() == [False, False, True]
+    assert_close(res.advantages, [0.5, -0.5, 0.5, -0.5], xp=xp)
+    with pytest.raises(
+        ValueError,
+        match=r"group_ids: with num_groups=2, expected codes in 0..1, got values from 0 to 2",
+    ):
+        make_groups(r, group_ids=xp.asarray([0, 1, 2, 1]), num_groups=2)
+    with pytest.raises(ValueError, match="num_groups: expected a positive int, got 0"):
+        make_groups(r, group_ids=[0, 0, 0, 0], num_groups=0)
+    with pytest.raises(TypeError, match="group_ids: with num_groups, expected integer codes"):
+        make_groups(r, group_ids=["a", "b", "a", "b"], num_groups=2)
 
 
 def test_reused_groups_must_match(xp):

@@ -101,4 +101,3 @@ def check_same_device(reference: Array, other: Array, reference_name: str, name:
             f"{name}: expected an array on the same device as {reference_name} "
             f"({expected}), got one on {got}"
         )
-

@@ -218,13 +218,16 @@ def make_groups(
     *,
     group_size: int | None = None,
     group_ids: Any = None,
+    num_groups: int | None = None,
     method: GroupMethod = "auto",
 ) -> Groups:
     """Group the rollouts of ``rewards`` once, to reuse across estimators and metrics.
 
     Factorising string labels costs ~100 ms per million rollouts; pass the result as
-    ``groups=`` to every later call on the same batch. ``method`` forces a layout for
-    labels: ``"segment"`` (the backend's scatter ops) or ``"padded"`` (pure Array API).
+    ``groups=`` to every later call on the same batch. With ``num_groups=M`` the labels
+    are taken as codes ``0..M-1`` as they are (no factorisation): this works inside
+    ``jax.jit`` with a static M. ``method`` forces a layout for labels: ``"segment"``
+    (the backend's scatter ops) or ``"padded"`` (pure Array API).
 
     Example:
         >>> import numpy as np
@@ -250,6 +253,7 @@ def make_groups(
         device=device_of(rewards),
         like=rewards,
         method=method,
+        num_groups=num_groups,
     )
 
 

@@ -328,6 +328,7 @@ def build_groups(
     device: Any = None,
     like: Array | None = None,
     method: GroupMethod = "auto",
+    num_groups: int | None = None,
 ) -> Groups:
     """Build :class:`Groups` for ``num_rollouts`` rollouts of namespace ``xp``.
 
@@ -336,6 +337,8 @@ def build_groups(
     happen to form contiguous equal-size groups take the reshape path.
     ``method`` forces the layout for labels: ``"segment"`` (native ops) or ``"padded"``
     (pure Array API); ``"auto"`` picks native ops where the namespace has them.
+    ``num_groups=M`` declares the labels to be codes ``0..M-1`` already: nothing is
+    factorised, so this also works on traced labels (jax.jit with a static M).
     """
     if (group_size is None) == (group_ids is None):
         given = "both" if group_size is not None else "neither"
@@ -345,7 +348,7 @@ def build_groups(
         )
     if group_size is not None:
         return _contiguous(xp, device, num_rollouts, group_size)
-    return _from_ids(xp, device, num_rollouts, group_ids, like, method)
+    return _from_ids(xp, device, num_rollouts, group_ids, like, method, num_groups)
 
 
 def _contiguous(xp: Namespace, device: Any, num_rollouts: int, group_size: Any) -> Contiguous:
@@ -372,6 +375,7 @@ def _from_ids(
     group_ids: Any,
     like: Array | None,
     method: GroupMethod,
+    num_groups: int | None,
 ) -> Groups:
     host = isinstance(group_ids, (Sequence, np.ndarray)) and not isinstance(group_ids, str)
     if host:
@@ -394,10 +398,12 @@ def _from_ids(
             f"group_ids: expected one label per rollout, shape ({num_rollouts},), "
             f"got shape {tuple(labels.shape)}"
         )
+    if num_groups is not None:
+        return _from_codes(xp, device, labels, num_groups, method)
     if is_traced(labels):
         raise TypeError(
-            "group_ids: labels cannot be traced (jax.jit / torch.compile): factorise them "
-            "outside and pass group_size=G for contiguous groups under tracing"
+            "group_ids: labels cannot be factorised while traced (jax.jit / torch.compile): "
+            "pass group_size=G, or codes 0..M-1 with make_groups(..., num_groups=M)"
         )
     if host:
         group_size = _contiguous_group_size_host(labels)
@@ -415,6 +421,32 @@ def _from_ids(
     if method == "segment" or (method == "auto" and backend(xp) in _SEGMENT_OPS):
         return Segmented(xp, device, codes, num_groups)
     return Padded(xp, device, codes, num_groups)
+
+
+def _from_codes(
+    xp: Namespace, device: Any, codes: Array, num_groups: Any, method: GroupMethod
+) -> Groups:
+    if isinstance(num_groups, bool) or not isinstance(num_groups, (int, np.integer)):
+        raise TypeError(f"num_groups: expected a positive int, got {num_groups!r}")
+    num_groups = int(num_groups)
+    if num_groups < 1:
+        raise ValueError(f"num_groups: expected a positive int, got {num_groups}")
+    codes_xp = array_api_compat.array_namespace(codes) if not is_traced(codes) else None
+    if codes_xp is not None:
+        if not codes_xp.isdtype(codes.dtype, "integral"):
+            raise TypeError(
+                f"group_ids: with num_groups, expected integer codes, got dtype {codes.dtype}"
+            )
+        low, high = int(codes_xp.min(codes)), int(codes_xp.max(codes))
+        if low < 0 or high >= num_groups:
+            raise ValueError(
+                f"group_ids: with num_groups={num_groups}, expected codes in "
+                f"0..{num_groups - 1}, got values from {low} to {high}"
+            )
+    codes = xp.asarray(codes, device=device)
+    if method == "padded" or (method == "auto" and backend(xp) not in _SEGMENT_OPS):
+        return Padded(xp, device, codes, num_groups)
+    return Segmented(xp, device, codes, num_groups)
 
 
 def _contiguous_group_size_host(labels: np.ndarray[Any, Any]) -> int | None:
