@@ -63,3 +63,12 @@ def test_console_script_is_installed():
         check=True,
     )
     assert "explain" in out.stdout
+
+
+def test_readme_examples_run():
+    """Every python block of the README runs as written."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    blocks = readme.split("```python\n")[1:]
+    assert len(blocks) >= 4
+    for block in blocks:
+        exec(compile(block.split("```")[0], "README.md", "exec"), {})
