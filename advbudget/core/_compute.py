@@ -300,7 +300,7 @@ def prepare(
             method=method,
         )
     else:
-        _check_groups(groups, group_size, group_ids, xp, device, num_rollouts)
+        _check_groups(groups, group_size, group_ids, rewards, xp, device)
     return group_rewards(
         rewards,
         groups,
@@ -315,6 +315,11 @@ def _check_finite(xp: Any, rewards: Array, nan_policy: NanPolicy) -> Array | Non
     """None if all rewards are finite; the mask of non-NaN ones under ``"omit"``."""
     if is_traced(rewards):
         return None  # values are unknown while tracing (jax.jit, torch.compile)
+    # One reduction and one sync in the common case: a finite sum means every reward is
+    # finite (a NaN or inf anywhere makes the sum NaN or inf; overflow only sends us to
+    # the exact check below).
+    if bool(xp.isfinite(xp.sum(rewards))):
+        return None
     finite = xp.isfinite(rewards)
     if bool(xp.all(finite)):
         return None
@@ -353,20 +358,23 @@ def _check_groups(
     groups: object,
     group_size: int | None,
     group_ids: Any,
+    rewards: Array,
     xp: Any,
     device: Any,
-    num_rollouts: int,
 ) -> None:
     if group_size is not None or group_ids is not None:
         raise ValueError("groups: expected alone, got it together with group_size or group_ids")
     if not isinstance(groups, Groups):
         raise TypeError(f"groups: expected a Groups object, got {type(groups).__name__}")
+    num_rollouts = int(rewards.shape[0])
     if groups.num_rollouts != num_rollouts:
         raise ValueError(
             f"groups: expected groups of the {num_rollouts} rewards, "
             f"got groups of {groups.num_rollouts} rollouts"
         )
-    if groups.xp is not xp or groups.device != device:
+    # Traced rewards may report no device (jax.jit): only the namespace can be compared.
+    same_device = groups.device == device or is_traced(rewards)
+    if groups.xp is not xp or not same_device:
         raise ValueError(
             f"groups: expected groups built for {xp.__name__} on {device}, "
             f"got groups for {groups.xp.__name__} on {groups.device}"

@@ -79,7 +79,7 @@ def group_rewards(
         present = groups.rows(present)
         present_rows = present if present_rows is None else present_rows & present
     if present_rows is None:
-        low, high = groups.min(rows), groups.max(rows)
+        low, high = groups.min_max(rows)
         count = groups.sizes(rows.dtype)
         gap = rows - groups.expand(low)
     else:

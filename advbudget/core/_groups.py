@@ -67,6 +67,10 @@ class Groups(ABC):
     def sum(self, rows: Array) -> Array:
         """Per-group sum (padding counts as zero) as stats."""
 
+    def min_max(self, rows: Array) -> tuple[Array, Array]:
+        """Per-group minimum and maximum, as stats."""
+        return self.min(rows), self.max(rows)
+
     @abstractmethod
     def sizes(self, dtype: Any) -> Array:
         """Number of rollouts in each group, as stats of ``dtype``."""
@@ -98,6 +102,7 @@ class Contiguous(Groups):
         self.num_groups = num_rollouts // group_size
         # numpy reduces short trailing axes slowly; summing the G columns is ~2x faster.
         self._fold_columns = backend(xp) == "numpy" and group_size <= 16
+        self._torch = backend(xp) == "torch"
 
     def rows(self, x: Array) -> Array:
         return self.xp.reshape(x, (self.num_groups, self.group_size))
@@ -125,6 +130,12 @@ class Contiguous(Groups):
         if self._fold_columns:
             return self._fold(rows, self.xp.add)
         return self.xp.sum(rows, axis=1, keepdims=True)
+
+    def min_max(self, rows: Array) -> tuple[Array, Array]:
+        if self._torch:  # one pass instead of two
+            low, high = rows.aminmax(dim=1, keepdim=True)
+            return low, high
+        return self.min(rows), self.max(rows)
 
     def sizes(self, dtype: Any) -> Array:
         return self.xp.full((self.num_groups, 1), self.group_size, dtype=dtype, device=self.device)
@@ -405,19 +416,15 @@ def _from_ids(
             "group_ids: labels cannot be factorised while traced (jax.jit / torch.compile): "
             "pass group_size=G, or codes 0..M-1 with make_groups(..., num_groups=M)"
         )
-    if host:
-        group_size = _contiguous_group_size_host(labels)
-        if group_size is not None and method == "auto":
-            return Contiguous(xp, device, num_rollouts, group_size)
-        codes_np, num_groups = _factorize_host(labels)
-        codes = xp.asarray(codes_np, device=device)
-    else:
-        codes, num_groups = _factorize_device(labels)
-        codes = xp.asarray(codes, device=device)
-        if method == "auto" and num_groups and num_rollouts % num_groups == 0:
-            rows = xp.reshape(codes, (num_groups, num_rollouts // num_groups))
-            if bool(xp.all(rows == rows[:, :1])):
-                return Contiguous(xp, device, num_rollouts, num_rollouts // num_groups)
+    # Labels are factorised on the host even when they live on a device: a copy of N
+    # ints and an O(N) table beat a device sort (torch.unique, eager jnp.unique).
+    if not host:
+        labels = _to_host(labels)
+    group_size = _contiguous_group_size_host(labels)
+    if group_size is not None and method == "auto":
+        return Contiguous(xp, device, num_rollouts, group_size)
+    codes_np, num_groups = _factorize_host(labels)
+    codes = xp.asarray(codes_np, device=device)
     if method == "segment" or (method == "auto" and backend(xp) in _SEGMENT_OPS):
         return Segmented(xp, device, codes, num_groups)
     return Padded(xp, device, codes, num_groups)
@@ -498,8 +505,7 @@ def _factorize_integers(labels: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, A
     return codes.reshape(-1), int(uniques.shape[0])
 
 
-def _factorize_device(labels: Array) -> tuple[Array, int]:
-    """Integer codes 0..M-1 (sorted-label order) on the labels' own device."""
-    xp = array_api_compat.array_namespace(labels)
-    uniques, codes = xp.unique_inverse(labels)
-    return codes, int(uniques.shape[0])
+def _to_host(labels: Array) -> np.ndarray[Any, Any]:
+    if array_api_compat.is_torch_array(labels):
+        return labels.detach().cpu().numpy()
+    return np.asarray(labels)
