@@ -74,7 +74,7 @@ def group_rewards(
     """Lay ``rewards`` ([N], compute dtype) out by group and compute the shared stats."""
     xp = groups.xp
     rows = groups.rows(rewards)
-    present_rows = groups.padding_free
+    present_rows = groups.is_rollout
     if present is not None:
         present = groups.rows(present)
         present_rows = present if present_rows is None else present_rows & present
@@ -91,7 +91,7 @@ def group_rewards(
     # hand one rollout the whole budget: such near-ties count as ties.
     spread = high - low
     scale = xp.maximum(xp.abs(high), xp.abs(low))
-    tie = ~(spread > tie_atol + tie_rtol * scale)  # also True for empty groups (NaN spread)
+    tie = ~(spread > tie_atol + tie_rtol * scale)  # also True with no reward (spread -inf)
     raw_singletons = None
     if singletons == "raw":
         raw_singletons = count == 1
@@ -139,7 +139,8 @@ def budget(g: GroupedRewards, *, budget: float = 1.0) -> Array:
 
 def group_normalized(g: GroupedRewards, *, eps: float = 1e-6, std_correction: int = 1) -> Array:
     """GRPO: ``(r - mean) / (std + eps)`` per group (unbiased std by default)."""
-    if not (isinstance(eps, (int, float)) and math.isfinite(eps) and eps >= 0):
+    number = isinstance(eps, (int, float)) and not isinstance(eps, bool)
+    if not (number and math.isfinite(eps) and eps >= 0):
         raise ValueError(f"eps: expected a finite number >= 0, got {eps!r}")
     if isinstance(std_correction, bool) or std_correction not in (0, 1):
         raise ValueError(

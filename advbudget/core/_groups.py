@@ -44,8 +44,8 @@ class Groups(ABC):
     num_rollouts: int
     num_groups: int
 
-    #: Rows that are padding, not rollouts (``Padded`` only): bool rows or None.
-    padding_free: Array | None = None
+    #: Bool rows, False at padding slots (``Padded`` only); None where every slot is a rollout.
+    is_rollout: Array | None = None
 
     @abstractmethod
     def rows(self, x: Array) -> Array:
@@ -182,7 +182,7 @@ class Segmented(Groups):
         return self.xp.astype(self._sizes, dtype)
 
     def expand(self, stats: Array) -> Array:
-        return self.xp.take(stats, self.index, axis=0)
+        return self._ops.take(stats)
 
     def group_index(self) -> Array:
         return self.index
@@ -209,7 +209,7 @@ class Padded(Groups):
         present = slot[None, :] < counts[:, None]
         sorted_position = xp.where(present, starts[:, None] + slot[None, :], 0)
         self._gather = xp.take(order, xp.reshape(sorted_position, (-1,)))
-        self.padding_free = present
+        self.is_rollout = present
         self._counts = xp.reshape(counts, (num_groups, 1))
         # Where each rollout sits in the flattened [M, K] matrix, to scatter back.
         rank = xp.argsort(order, stable=True)
@@ -222,8 +222,8 @@ class Padded(Groups):
         return self.xp.take(self.xp.reshape(rows, (-1,)), self._scatter)
 
     def _fill(self, rows: Array, value: Any) -> Array:
-        assert self.padding_free is not None
-        return self.xp.where(self.padding_free, rows, value)
+        assert self.is_rollout is not None
+        return self.xp.where(self.is_rollout, rows, value)
 
     def min(self, rows: Array) -> Array:
         return self.xp.min(self._fill(rows, _largest(self.xp, rows.dtype)), axis=1, keepdims=True)
@@ -268,6 +268,10 @@ class _SegmentOps(ABC):
     @abstractmethod
     def max(self, x: Array) -> Array: ...
 
+    def take(self, stats: Array) -> Array:
+        """Each rollout's entry of per-group ``stats``."""
+        return self.xp.take(stats, self.index, axis=0)
+
 
 class _NumpySegmentOps(_SegmentOps):
     def sum(self, x: Array) -> Array:
@@ -288,6 +292,9 @@ class _NumpySegmentOps(_SegmentOps):
         np.maximum.at(out, self.index, x)
         return out
 
+    def take(self, stats: Array) -> Array:
+        return np.take(stats, self.index)
+
 
 class _TorchSegmentOps(_SegmentOps):
     def sum(self, x: Array) -> Array:
@@ -303,6 +310,9 @@ class _TorchSegmentOps(_SegmentOps):
 
     def max(self, x: Array) -> Array:
         return self._reduce(x, "amax", _smallest(self.xp, x.dtype))
+
+    def take(self, stats: Array) -> Array:
+        return stats.index_select(0, self.index)  # ~10x faster than the compat take
 
 
 class _JaxSegmentOps(_SegmentOps):
