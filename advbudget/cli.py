@@ -12,6 +12,8 @@ from rich.table import Table
 
 from . import theory
 from .core import estimator_names
+from .data._cli import app as data_app
+from .eval._cli import eval_command
 
 app = typer.Typer(
     help="Reward budgeting and the other group advantage estimators of RL for LLM reasoning.",
@@ -143,6 +145,10 @@ def _plot(
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=120)
     plt.close(figure)
+
+
+app.add_typer(data_app, name="data", help="Prepare DAPO-Math-17K for verl, TRL and OpenRLHF.")
+app.command("eval")(eval_command)
 
 
 def main() -> None:

@@ -1,0 +1,62 @@
+"""Training data for RL on math: DAPO-Math-17K in; verl, TRL and OpenRLHF files out.
+
+``import advbudget.data`` is light: pyarrow and ``datasets`` are imported only by the
+functions that read or write files. The command line is ``advbudget data prepare``
+(:mod:`advbudget.data._cli`).
+
+Example:
+    >>> from advbudget.data import deduplicate, load_problems, sample_path
+    >>> unique, report = deduplicate(load_problems(sample_path()))
+    >>> report.rows_before, report.rows_after
+    (64, 64)
+"""
+
+from ._load import load_problems
+from ._prepare import (
+    FORMATS,
+    DedupReport,
+    PreparedData,
+    check_split_options,
+    deduplicate,
+    parse_formats,
+    prepare,
+    split_problems,
+)
+from ._problems import (
+    DAPO_DATA_SOURCE,
+    DAPO_PROMPT_PREFIX,
+    DAPO_PROMPT_SUFFIX,
+    DAPO_REWARD_STYLE,
+    DEFAULT_SOURCE,
+    DataError,
+    Problem,
+    dapo_prompt,
+    extract_problem,
+)
+from ._samples import sample_path
+from ._writers import write_openrlhf, write_trl, write_verl
+
+__all__ = [
+    "DAPO_DATA_SOURCE",
+    "DAPO_PROMPT_PREFIX",
+    "DAPO_PROMPT_SUFFIX",
+    "DAPO_REWARD_STYLE",
+    "DEFAULT_SOURCE",
+    "FORMATS",
+    "DataError",
+    "DedupReport",
+    "PreparedData",
+    "Problem",
+    "check_split_options",
+    "dapo_prompt",
+    "deduplicate",
+    "extract_problem",
+    "load_problems",
+    "parse_formats",
+    "prepare",
+    "sample_path",
+    "split_problems",
+    "write_openrlhf",
+    "write_trl",
+    "write_verl",
+]

@@ -1,0 +1,146 @@
+"""``advbudget data``: prepare DAPO-Math-17K for verl, TRL and OpenRLHF.
+
+The main command line mounts :data:`app` with ``app.add_typer(data_app, name="data")``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ._prepare import FORMATS, PreparedData, check_split_options, parse_formats, prepare
+from ._problems import DEFAULT_SOURCE, DataError
+from ._samples import sample_path
+
+app = typer.Typer(
+    help="Training data: DAPO-Math-17K in, verl / TRL / OpenRLHF files out.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+
+@app.callback()
+def _main() -> None:
+    """Prepare training data for the trainers advbudget plugs into."""
+
+
+@app.command("prepare")
+def prepare_command(
+    output_dir: Annotated[
+        Path, typer.Option("--output-dir", "-o", help="Folder to write <format>/<split> files.")
+    ],
+    source: Annotated[
+        str | None,
+        typer.Option(
+            help="Hub dataset id or a .parquet/.jsonl/.json file.", show_default=DEFAULT_SOURCE
+        ),
+    ] = None,
+    sample: Annotated[
+        bool, typer.Option("--sample", help="Use the bundled 64-problem sample (offline).")
+    ] = False,
+    output_format: Annotated[
+        str,
+        typer.Option("--format", help=f"{', '.join(FORMATS)} or all; several comma-separated."),
+    ] = "all",
+    split: Annotated[str, typer.Option(help="Hub split to read.")] = "train",
+    config: Annotated[str | None, typer.Option(help="Hub configuration, e.g. en.")] = None,
+    max_samples: Annotated[
+        int | None, typer.Option(help="Keep at most this many problems (after dedup).")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Shuffle seed.")] = 0,
+    shuffle: Annotated[bool, typer.Option(help="Shuffle before selecting and splitting.")] = True,
+    val_size: Annotated[int | None, typer.Option(help="Problems held out for validation.")] = None,
+    val_fraction: Annotated[
+        float | None, typer.Option(help="Share held out for validation, in [0, 1).")
+    ] = None,
+) -> None:
+    """Load, deduplicate, shuffle, split and write DAPO-Math-17K for each trainer.
+
+    Writes <output-dir>/<format>/train and, with --val-size or --val-fraction, .../val.
+    """
+    if sample and source is not None:
+        raise typer.BadParameter("give --source or --sample, not both", param_hint="--sample")
+    try:
+        formats = parse_formats(output_format)
+    except ValueError as error:
+        message = str(error).removeprefix("formats: ")
+        raise typer.BadParameter(message, param_hint="--format") from None
+    try:
+        check_split_options(val_size=val_size, val_fraction=val_fraction, max_samples=max_samples)
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
+    chosen_source = str(sample_path("dapo")) if sample else (source or DEFAULT_SOURCE)
+    console = Console()
+    try:
+        result = prepare(
+            output_dir,
+            source=chosen_source,
+            formats=formats,
+            split=split,
+            config=config,
+            max_samples=max_samples,
+            seed=seed,
+            shuffle=shuffle,
+            val_size=val_size,
+            val_fraction=val_fraction,
+        )
+    except (DataError, FileNotFoundError, ValueError) as error:
+        # Data problems are not usage errors: the message names the file and row.
+        Console(stderr=True).print(f"[bold red]Error:[/bold red] {error}", highlight=False)
+        raise typer.Exit(1) from None
+    _print_summary(console, result)
+
+
+def _print_summary(console: Console, result: PreparedData) -> None:
+    report = result.dedup
+    summary = Table(title="Prepared data", show_header=False)
+    summary.add_column("", style="bold")
+    summary.add_column("", justify="right", overflow="fold")
+    summary.add_row("source", result.source)
+    summary.add_row("rows read", f"{report.rows_before:,}")
+    summary.add_row("unique problems (after dedup)", f"{report.rows_after:,}")
+    summary.add_row("repeats removed", f"{report.removed:,}")
+    if report.conflicts:
+        summary.add_row(
+            "[yellow]repeats with a different problem or answer[/yellow]",
+            f"[yellow]{report.conflicts:,}[/yellow]",
+        )
+    summary.add_row("train", f"{len(result.train):,}")
+    summary.add_row("validation", f"{len(result.val):,}")
+    console.print(summary)
+
+    files = Table(title="Files written")
+    files.add_column("format")
+    files.add_column("split")
+    files.add_column("rows", justify="right")
+    files.add_column("path", overflow="fold")
+    rows = {"train": len(result.train), "val": len(result.val)}
+    for name, paths in result.files.items():
+        for path in paths:
+            split = path.stem
+            files.add_row(name, split, f"{rows.get(split, 0):,}", str(path))
+    console.print(files)
+    for name, paths in result.files.items():
+        usage = _usage(name, {path.stem: str(path) for path in paths})
+        console.print(f"[bold]{name}[/bold]: {usage}", highlight=False, soft_wrap=True)
+
+
+def _usage(name: str, files: dict[str, str]) -> str:
+    """How the trainer ``name`` is pointed at the files just written."""
+    if name == "verl":
+        return " ".join(
+            f"data.{key}={files[split]}"
+            for key, split in (("train_files", "train"), ("val_files", "val"))
+            if split in files
+        )
+    if name == "trl":
+        return f"datasets.load_dataset('parquet', data_files={files!r})"
+    return (
+        f"--data.prompt_dataset {files['train']} --data.input_key prompt "
+        "--data.label_key label --data.apply_chat_template"
+        + (f" --data.eval_dataset {files['val']}" if "val" in files else "")
+    )

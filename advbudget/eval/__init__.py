@@ -1,0 +1,38 @@
+"""Evaluation as in the paper: n samples per problem, graded, avg@n and unbiased pass@k.
+
+Benchmarks AMC23, AIME24, AIME25 and MATH500 load by name from the hub (GPU machines),
+or any JSONL of ``problem``/``answer`` from disk; vLLM generates on GPUs, transformers
+``generate`` on a CPU. ``advbudget eval`` is the command line.
+"""
+
+from ._benchmarks import BENCHMARKS, EvalProblem, load_benchmark
+from ._generate import TransformersGenerator, VLLMGenerator, make_generator
+from ._metrics import avg_at_k, mean_pass_at_k, pass_at_k
+from ._run import (
+    BenchmarkScore,
+    EvalReport,
+    evaluate,
+    grade,
+    score,
+    score_generations,
+    write_outputs,
+)
+
+__all__ = [
+    "BENCHMARKS",
+    "BenchmarkScore",
+    "EvalProblem",
+    "EvalReport",
+    "TransformersGenerator",
+    "VLLMGenerator",
+    "avg_at_k",
+    "evaluate",
+    "grade",
+    "load_benchmark",
+    "make_generator",
+    "mean_pass_at_k",
+    "pass_at_k",
+    "score",
+    "score_generations",
+    "write_outputs",
+]
