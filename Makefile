@@ -31,6 +31,7 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/core.py
+	$(BIN)/python benchmarks/report.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache demo

@@ -203,24 +203,44 @@ class Backend:
     name: str
     rewards: Callable[[np.ndarray], Any]  # float32 numpy -> backend array
     ids: Callable[[np.ndarray], Any]  # int64 numpy -> backend int array
-    ready: Callable[[Any], Any]  # wait for asynchronous results (jax)
+    ready: Callable[[Any], Any]  # wait for asynchronous results (jax, CUDA)
     jit: Callable[[Callable[..., Any]], Callable[..., Any]]  # identity where eager
     floor: Callable[[Any], Any]
     version: str
+    peak_memory: Callable[[Callable[[], Any]], float | None] = lambda run: None  # MiB
+    device: str = "cpu"
 
 
-def load_backends(names: Sequence[str]) -> tuple[list[Backend], dict[str, str]]:
+def load_backends(
+    names: Sequence[str], device: str = "cpu"
+) -> tuple[list[Backend], dict[str, str]]:
     """The requested backends that import; the others are reported, not fatal."""
     backends, missing = [], {}
     for name in names:
         try:
-            backends.append(_LOADERS[name]())
+            backends.append(_LOADERS[name](device))
         except ImportError as error:
             missing[name] = f"not installed ({error})"
+        except RuntimeError as error:  # e.g. no CUDA device for --device cuda
+            missing[name] = f"unavailable on {device} ({error})"
     return backends, missing
 
 
-def _numpy_backend() -> Backend:
+def _numpy_peak_mib(run: Callable[[], Any]) -> float:
+    """Peak memory allocated during one call: numpy reports its buffers to tracemalloc."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        run()
+        return tracemalloc.get_traced_memory()[1] / 2**20
+    finally:
+        tracemalloc.stop()
+
+
+def _numpy_backend(device: str) -> Backend:
+    if device != "cpu":
+        raise RuntimeError("numpy runs on the CPU only")
     return Backend(
         name="numpy",
         rewards=lambda r: r,
@@ -229,39 +249,73 @@ def _numpy_backend() -> Backend:
         jit=lambda fn: fn,
         floor=lambda r: floor_budget_numpy_like(np, r),
         version=np.__version__,
+        peak_memory=_numpy_peak_mib,
     )
 
 
-def _torch_backend() -> Backend:
+def _torch_backend(device: str) -> Backend:
     import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("torch sees no CUDA device")
+
+    def ready(x: Any) -> Any:
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return x
+
+    def peak_mib(run: Callable[[], Any]) -> float | None:
+        if device != "cuda":
+            return None  # torch's CPU allocator keeps no statistics
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        ready(run())
+        return (torch.cuda.max_memory_allocated() - base) / 2**20
 
     return Backend(
         name="torch",
-        rewards=lambda r: torch.from_numpy(r.copy()),
-        ids=lambda i: torch.from_numpy(i.copy()),
-        ready=lambda x: x,  # CPU eager: results are complete on return
+        rewards=lambda r: torch.from_numpy(r.copy()).to(device),
+        ids=lambda i: torch.from_numpy(i.copy()).to(device),
+        ready=ready,
         jit=lambda fn: fn,
         floor=floor_budget_torch,
         version=torch.__version__,
+        peak_memory=peak_mib,
+        device=device,
     )
 
 
-def _jax_backend() -> Backend:
+def _jax_backend(device: str) -> Backend:
     import jax
     import jax.numpy as jnp
 
+    target = jax.devices("gpu" if device == "cuda" else "cpu")[0]
+
+    def peak_mib(run: Callable[[], Any]) -> float | None:
+        stats = target.memory_stats()  # None on the CPU backend
+        if not stats or "peak_bytes_in_use" not in stats:
+            return None
+        before = stats["peak_bytes_in_use"]
+        jax.block_until_ready(run())
+        after = target.memory_stats()["peak_bytes_in_use"]
+        return max(after - before, 0) / 2**20  # only a new high water mark shows
+
     return Backend(
         name="jax",
-        rewards=lambda r: jnp.asarray(r),
-        ids=lambda i: jnp.asarray(i.astype(np.int32)),  # jax's default int without x64
+        rewards=lambda r: jax.device_put(jnp.asarray(r), target),
+        # jax's default int without x64
+        ids=lambda i: jax.device_put(jnp.asarray(i.astype(np.int32)), target),
         ready=jax.block_until_ready,
         jit=jax.jit,
         floor=jax.jit(lambda r: floor_budget_numpy_like(jnp, r)),
         version=jax.__version__,
+        peak_memory=peak_mib,
+        device=device,
     )
 
 
-_LOADERS: dict[str, Callable[[], Backend]] = {
+_LOADERS: dict[str, Callable[[str], Backend]] = {
     "numpy": _numpy_backend,
     "torch": _torch_backend,
     "jax": _jax_backend,
@@ -334,14 +388,14 @@ def path_calls(backend: Backend, batch: Batch) -> dict[str, Call]:
         calls[P_GRPO_UIDS] = Call(
             lambda: group_normalized_advantage(shuffled, group_ids=uids_shuffled), "eager"
         )
-    if backend.name == "torch" and batch.n <= LOOP_MAX_N:
+    if backend.name == "torch" and backend.device == "cpu" and batch.n <= LOOP_MAX_N:
         # No warm-up: nothing to compile or cache, and each call is slow.
         calls[P_LOOP] = Call(lambda: python_loop_grpo(shuffled, uids_shuffled), "eager", warmup=0)
     return calls
 
 
 def skipped_rows(backend: Backend, n: int) -> list[dict[str, Any]]:
-    if backend.name != "torch" or n <= LOOP_MAX_N:
+    if backend.name != "torch" or backend.device != "cpu" or n <= LOOP_MAX_N:
         return []
     reason = f"too slow beyond N = {LOOP_MAX_N:,}"
     return [{"backend": "torch", "path": P_LOOP, "n": n, "median_ms": None, "repeats": 0,
@@ -516,12 +570,20 @@ def markdown_report(
 ) -> str:
     backends = [b for b in BACKEND_ORDER if any(r["backend"] == b for r in results)]
     cells = {(r["backend"], r["path"], r["n"]): r for r in results}
+    device = machine.get("device", "cpu")
+    versions = " · ".join(
+        f"{name} {machine[name]}"
+        for name in ("numpy", "torch", "jax", "advbudget")
+        if machine.get(name)
+    )
     lines = [
-        "# advbudget core benchmark",
+        "# advbudget core benchmark" + ("" if device == "cpu" else f" ({device})"),
         "",
         f"{machine['date']} · {machine['platform']} · {machine['cpu_count']} CPUs "
         f"(load {machine['load_average_at_start']}) · torch threads {machine['torch_threads']} "
         f"· python {machine['python']}",
+        "",
+        f"{versions}" + (f" · devices {machine['jax_devices']}" if device != "cpu" else ""),
         "",
         "Median wall time per call in ms (G = 8, float32). jax: jitted unless marked "
         "*eager* (factorising labels needs concrete values; codes with num_groups=M jit).",
@@ -557,7 +619,34 @@ def markdown_report(
             f"| {ratio['name']} | {ratio['backend']} | {ratio['n']:,} | {ratio['ratio']:.2f} "
             f"| {ratio['target']} | {'yes' if ratio['meets_target'] else '**no**'} |"
         )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _memory_table(results, backends)) + "\n"
+
+
+def _memory_table(results: list[dict[str, Any]], backends: list[str]) -> list[str]:
+    """Peak memory per call at the largest N, where the backend can measure it."""
+    measured = [r for r in results if r.get("peak_mib") is not None]
+    if not measured:
+        return []
+    n = max(r["n"] for r in measured)
+    shown = [b for b in backends if any(r["backend"] == b for r in measured)]
+    cells = {(r["backend"], r["path"]): r["peak_mib"] for r in measured if r["n"] == n}
+    lines = [
+        "",
+        f"## Peak memory per call (MiB, N = {n:,})",
+        "",
+        "Allocated during one call on top of the inputs: numpy via tracemalloc, torch via "
+        "`torch.cuda.max_memory_allocated` (CUDA only), jax via the device's memory stats "
+        "(GPU only). The rewards themselves take " + f"{n * 4 / 2**20:.1f} MiB (float32).",
+        "",
+        "| path | " + " | ".join(shown) + " |",
+        "|---|" + "---:|" * len(shown),
+    ]
+    for path in PATH_ORDER:
+        row = [cells.get((b, path)) for b in shown]
+        if any(v is not None for v in row):
+            texts = ["—" if v is None else f"{v:.1f}" for v in row]
+            lines.append(f"| {path} | " + " | ".join(texts) + " |")
+    return lines
 
 
 def _torch_warning(machine: dict[str, Any]) -> list[str]:
@@ -682,6 +771,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="repeat fast rows until this much time is timed, up to "
         f"{MAX_REPEATS} calls (default {MIN_TIMED_SECONDS}; 0 with --quick)",
     )
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="where torch and jax arrays live (cuda: see benchmarks/gpu.sh)",
+    )
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="JSON result path")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -702,13 +797,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = parse_args(argv)
     console = Console(stderr=True)  # progress on stderr, the table on stdout
-    backends, missing = load_backends(args.backends)
+    backends, missing = load_backends(args.backends, args.device)
     by_name = {b.name: b for b in backends}
     if "torch" in by_name and args.torch_threads:
         import torch
 
         torch.set_num_threads(args.torch_threads)
     machine = machine_info(backends, missing)
+    machine["device"] = args.device
 
     def repeats_for(n: int) -> int:
         if args.repeats is not None:
@@ -726,7 +822,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for backend in backends:
         for batch in batches.values():
             problems += check_agreement(backend, batch)
-    if "torch" in by_name:
+    if "torch" in by_name and args.device == "cpu":
         problems += check_loop(by_name["torch"], make_batch(LOOP_CHECK_N, args.seed + 100))
     if problems:
         for problem in problems:
@@ -758,6 +854,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "min_ms": min(seconds) * 1e3,
                     "repeats": len(seconds),
                     "mode": call.mode,
+                    # One more, untimed call: tracing allocations would skew the timing.
+                    "peak_mib": None if path == P_LOOP else backend.peak_memory(call.run),
                 }
             )
             progress.advance(task)
@@ -771,6 +869,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "config": {
             "group_size": GROUP_SIZE,
             "dtype": "float32",
+            "device": args.device,
             "sizes": args.sizes,
             "seed": args.seed,
             "quick": args.quick,

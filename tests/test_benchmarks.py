@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -24,4 +25,16 @@ def test_core_benchmark_runs_and_agrees(tmp_path):
     paths = {(row["backend"], row["path"]) for row in payload["results"]}
     assert ("torch", "verl-style Python loop (grpo, string uids)") in paths
     assert ("jax", "budget, contiguous") in paths
-    assert output.with_suffix(".md").read_text().startswith("# advbudget core benchmark")
+    report = output.with_suffix(".md").read_text()
+    assert report.startswith("# advbudget core benchmark")
+    assert "## Peak memory per call" in report
+
+
+def test_report_collects_results(tmp_path):
+    spec = importlib.util.spec_from_file_location("benchmark_report", SCRIPT.parent / "report.py")
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    (tmp_path / "core.md").write_text("# advbudget core benchmark\n\n| a |\n")
+    text = report.build(tmp_path)
+    assert "## advbudget core benchmark" in text  # nested one level down
+    assert "- `gpu`:" in text  # named as not measured yet
