@@ -28,6 +28,7 @@ test: lint typecheck
 
 demo: $(STAMP)
 	$(BIN)/advbudget explain --group-size 8 --plot demo/explain.png
+	$(BIN)/advbudget simulate --experiment compare --output-dir demo
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/core.py

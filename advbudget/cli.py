@@ -14,6 +14,7 @@ from . import theory
 from .core import estimator_names
 from .data._cli import app as data_app
 from .eval._cli import eval_command
+from .sim._cli import simulate_command
 
 app = typer.Typer(
     help="Reward budgeting and the other group advantage estimators of RL for LLM reasoning.",
@@ -149,6 +150,7 @@ def _plot(
 
 app.add_typer(data_app, name="data", help="Prepare DAPO-Math-17K for verl, TRL and OpenRLHF.")
 app.command("eval")(eval_command)
+app.command("simulate")(simulate_command)
 
 
 def main() -> None:

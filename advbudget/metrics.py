@@ -23,7 +23,7 @@ def kappa(reward_gap: Any, beta: float) -> Any:
     The optimum ``π* ∝ π_ref · exp(R / β)`` separates the log-odds of two responses whose
     rewards differ by ``reward_gap`` by exactly κ more than the reference does.
 
-    Example:
+    Examples:
         >>> from advbudget.metrics import kappa
         >>> kappa(1.0, beta=0.001)
         1000.0
@@ -40,7 +40,7 @@ def kappa(reward_gap: Any, beta: float) -> Any:
 def sequence_logprobs(token_logprobs: Any, response_mask: Any) -> Array:
     """Sum per-token log-probs ``[N, T]`` over the response mask: ``[N]``.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> from advbudget.metrics import sequence_logprobs
         >>> sequence_logprobs(np.array([[-1.0, -2.0, -9.0]]), np.array([[1, 1, 0]]))
@@ -89,7 +89,7 @@ def kappa_eff(
         ``[M']`` κ_eff of the groups whose advantages differ (group order), in the
         namespace of the inputs. Summarise it with :func:`summarize`.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> from advbudget.metrics import kappa_eff
         >>> old = np.array([-5.0, -4.0, -3.0, -6.0, -2.0, -2.0])
@@ -152,7 +152,7 @@ def summarize(values: Any) -> dict[str, float]:
 
     An empty array gives count 0 and NaN for the rest (nothing to summarise).
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> from advbudget.metrics import summarize
         >>> summarize(np.array([1.0, 2.0, 6.0]))
@@ -188,7 +188,7 @@ def advantage_metrics(result: AdvantageResult) -> dict[str, float]:
     ``valid_fraction`` (rollouts that take part in the update), and the ``mean``,
     ``std``, ``min`` and ``max`` of the advantages.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> from advbudget import compute_advantages
         >>> from advbudget.metrics import advantage_metrics
@@ -219,7 +219,7 @@ def advantage_metrics(result: AdvantageResult) -> dict[str, float]:
 def oscillation(batch_means: Any) -> float:
     """κ_eff's oscillation over training: the spread (std) of its per-step batch means.
 
-    Example:
+    Examples:
         >>> from advbudget.metrics import oscillation
         >>> oscillation([2.0, 4.0, 2.0, 4.0])
         1.0

@@ -40,7 +40,7 @@ def _probabilities(x: ArrayLike, name: str) -> Float:
 def objective(x: ArrayLike, group_size: int) -> Float:
     """Budgeting's finite-G objective per prompt, ``f_{G-1}(x)``, x the success probability.
 
-    Example:
+    Examples:
         >>> from advbudget.theory import objective
         >>> float(objective(1.0, 8))  # H_7, the harmonic number
         2.592857...
@@ -55,7 +55,7 @@ def objective(x: ArrayLike, group_size: int) -> Float:
 def objective_slope(x: ArrayLike, group_size: int) -> Float:
     """``f_{G-1}'(x) = sum_{m=1}^{G-1} (1 - x)^(m-1)``: budgeting's expected update slope.
 
-    Example:
+    Examples:
         >>> from advbudget.theory import objective_slope
         >>> objective_slope([0.05, 0.5, 0.95], 8).round(4)
         array([6.0333, 1.9844, 1.0526])
@@ -70,7 +70,7 @@ def objective_slope(x: ArrayLike, group_size: int) -> Float:
 def log_mean_objective(x: ArrayLike, group_size: int) -> Float:
     """The large-G limit of :func:`objective`: ``log x + H_{G-1}`` (only valid for large G).
 
-    Example:
+    Examples:
         >>> from advbudget.theory import log_mean_objective, objective
         >>> round(float(objective(0.05, 8) - log_mean_objective(0.05, 8)), 2)
         0.73
@@ -102,7 +102,7 @@ def binary_advantages(
         ``(correct, wrong)``, each ``[G + 1]`` indexed by k = 0..G; NaN where no such
         rollout exists (no correct one at k = 0, no wrong one at k = G).
 
-    Example:
+    Examples:
         >>> from advbudget.theory import binary_advantages
         >>> correct, wrong = binary_advantages("budget", 4)
         >>> correct.round(4)
@@ -138,7 +138,7 @@ def implied_slope(
     written without dividing by ``p`` or ``1 - p`` so that it holds at 0 and 1 too.
     For budgeting it equals :func:`objective_slope` to rounding.
 
-    Example:
+    Examples:
         >>> from advbudget.theory import implied_slope
         >>> implied_slope("budget", 8, [0.05, 0.5, 0.95]).round(4)
         array([6.0333, 1.9844, 1.0526])

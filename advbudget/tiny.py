@@ -38,7 +38,7 @@ def build_tiny_model(
 ) -> Path:
     """Write a tiny random Qwen3 model and its tokenizer to ``output_dir``; return the path.
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> from transformers import AutoModelForCausalLM, AutoTokenizer
         >>> from advbudget.tiny import build_tiny_model

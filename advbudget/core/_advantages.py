@@ -53,7 +53,7 @@ def budget_advantage(
         Reward Budgeting Reduces Premature Convergence in Reinforcement Learning for
         LLM Reasoning, arXiv 2611.05942.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> from advbudget import budget_advantage
         >>> rewards = np.array([1, 0, 0, 0, 1, 1, 1, 0])  # 1 of 4 correct, then 3 of 4
@@ -104,7 +104,7 @@ def group_normalized_advantage(
     References:
         DeepSeekMath, arXiv 2402.03300.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> from advbudget import group_normalized_advantage
         >>> group_normalized_advantage(np.array([1.0, 0.0, 0.0, 0.0]), group_size=4, eps=0.0)
@@ -149,7 +149,7 @@ def dr_advantage(
     References:
         Understanding R1-Zero-Like Training: A Critical Perspective, arXiv 2503.20783.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> from advbudget import dr_advantage
         >>> dr_advantage(np.array([1.0, 0.0, 0.0, 0.0]), group_size=4)
@@ -189,7 +189,7 @@ def rloo_advantage(
         Back to Basics: Revisiting REINFORCE Style Optimization for Learning from Human
         Feedback in LLMs, arXiv 2402.14740.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> from advbudget import rloo_advantage
         >>> rloo_advantage(np.array([1.0, 0.0, 0.0, 0.0]), group_size=4).round(4)

@@ -46,7 +46,7 @@ def register_estimator(
     options given to :func:`compute_advantages`, and returns advantages as rows. Use it
     directly or as a decorator.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> from advbudget import register_estimator, compute_advantages
         >>> @register_estimator("doubled_dr", replace=True)
@@ -176,7 +176,7 @@ def compute_advantages(
     Returns:
         An :class:`AdvantageResult`.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> from advbudget import compute_advantages
         >>> res = compute_advantages(np.array([1, 0, 0, 0, 1, 1]), "budget",
@@ -231,7 +231,7 @@ def make_groups(
     ``jax.jit`` with a static M. ``method`` forces a layout for labels: ``"segment"``
     (the backend's scatter ops) or ``"padded"`` (pure Array API).
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> from advbudget import make_groups, budget_advantage, dr_advantage
         >>> rewards = np.array([0.0, 1.0, 1.0, 1.0])

@@ -13,7 +13,7 @@ def token_advantages(advantages: Any, response_mask: Any) -> Array:
     Tokens outside the mask (padding, prompt) get 0. The result has the advantages'
     dtype and the mask's namespace and device.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> from advbudget import token_advantages
         >>> token_advantages(np.array([0.5, -0.5]), np.array([[1, 1, 0], [1, 0, 0]]))

@@ -74,7 +74,7 @@ def load_problems(
             not JSON; the message names the file, the row or line and what was found.
         FileNotFoundError: ``source`` looks like a file path but no such file exists.
 
-    Example:
+    Examples:
         >>> from advbudget.data import load_problems, sample_path
         >>> problems = load_problems(sample_path("dapo"))
         >>> len(problems), problems[0].problem, problems[0].answer
@@ -98,7 +98,7 @@ def load_problems(
 def detect_schema(columns: Sequence[str], *, where: str = "data") -> str:
     """Which of the known schemas a set of column names is: dapo, problem, solution, label.
 
-    Example:
+    Examples:
         >>> from advbudget.data._load import detect_schema
         >>> detect_schema(["data_source", "prompt", "ability", "reward_model", "extra_info"])
         'dapo'

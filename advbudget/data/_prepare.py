@@ -27,7 +27,7 @@ class DedupReport:
             from the kept row with the same index (0 for a clean source; anything else is
             worth a look).
 
-    Example:
+    Examples:
         >>> from advbudget.data import DedupReport
         >>> DedupReport(rows_before=960, rows_after=30, conflicts=0).removed
         930
@@ -54,7 +54,7 @@ class PreparedData:
         val: the validation problems (empty without ``val_size`` / ``val_fraction``).
         files: the paths written, by format (``"verl"``, ``"trl"``, ``"openrlhf"``).
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> from advbudget.data import prepare, sample_path
         >>> with tempfile.TemporaryDirectory() as folder:
@@ -80,7 +80,7 @@ def deduplicate(problems: Iterable[Problem]) -> tuple[list[Problem], DedupReport
     Returns:
         The unique problems and a :class:`DedupReport`.
 
-    Example:
+    Examples:
         >>> from advbudget.data import Problem, deduplicate
         >>> rows = [Problem.from_text("What is $2+2$?", "4"), Problem.from_text("$3-5$?", -2)]
         >>> unique, report = deduplicate(rows * 3)
@@ -135,7 +135,7 @@ def split_problems(
         ValueError: both of ``val_size`` and ``val_fraction``, values out of range, or a
             validation set that would leave no training problem.
 
-    Example:
+    Examples:
         >>> from advbudget.data import load_problems, sample_path, split_problems
         >>> problems = load_problems(sample_path())
         >>> train, val = split_problems(problems, val_size=8, max_samples=40, seed=1)
@@ -176,7 +176,7 @@ def check_split_options(
 ) -> None:
     """Check the options of :func:`split_problems` before any data is read.
 
-    Example:
+    Examples:
         >>> from advbudget.data import check_split_options
         >>> check_split_options(val_size=100, max_samples=1000)
         >>> check_split_options(val_size=10, val_fraction=0.1)
@@ -210,7 +210,7 @@ def check_split_options(
 def parse_formats(formats: str | Iterable[str]) -> tuple[str, ...]:
     """The output formats named by ``"all"``, ``"verl"``, ``"verl,trl"`` or a list.
 
-    Example:
+    Examples:
         >>> from advbudget.data import parse_formats
         >>> parse_formats("all")
         ('verl', 'trl', 'openrlhf')
@@ -269,7 +269,7 @@ def prepare(
     Returns:
         A :class:`PreparedData` with the dedup report, the splits and the files written.
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> from advbudget.data import prepare, sample_path
         >>> with tempfile.TemporaryDirectory() as folder:

@@ -26,7 +26,7 @@ class DataError(ValueError):
     The message names the file (or hub id), the row or line, what was expected and what
     was found.
 
-    Example:
+    Examples:
         >>> from advbudget.data import DataError
         >>> issubclass(DataError, ValueError)
         True
@@ -49,7 +49,7 @@ class Problem:
         data_source: the source's ``data_source`` (``"math_dapo"`` when it has none).
         ability: the source's ``ability`` (``"MATH"`` when it has none).
 
-    Example:
+    Examples:
         >>> from advbudget.data import Problem
         >>> item = Problem.from_text("What is $2 + 3$?", 5)
         >>> item.answer, item.index
@@ -76,7 +76,7 @@ class Problem:
     ) -> Problem:
         """A problem from its bare text and answer, prompted with the DAPO template.
 
-        Example:
+        Examples:
             >>> from advbudget.data import Problem
             >>> Problem.from_text("Compute $6 \\\\times 7$.", "42", index="p1").index
             'p1'
@@ -103,7 +103,7 @@ def dapo_prompt(problem: str) -> str:
     This is the exact template of DAPO-Math-17K's ``prompt`` column; DAPO's reward reads
     the last ``Answer: ...`` line that it asks for.
 
-    Example:
+    Examples:
         >>> from advbudget.data import dapo_prompt
         >>> print(dapo_prompt("What is $1 + 1$?"))
         Solve the following math problem step by step. The last line of your response should
@@ -123,7 +123,7 @@ def extract_problem(prompt: str) -> str:
     Strips the template's fixed prefix and suffix only when both are there, so
     ``extract_problem(dapo_prompt(p)) == p`` for every ``p``.
 
-    Example:
+    Examples:
         >>> from advbudget.data import dapo_prompt, extract_problem
         >>> extract_problem(dapo_prompt("Find $x$ if $x + 2 = 0$."))
         'Find $x$ if $x + 2 = 0$.'
@@ -144,7 +144,7 @@ def text_index(messages: list[Message]) -> str:
 
     Whitespace runs count as one space, so copies that differ only in spacing share it.
 
-    Example:
+    Examples:
         >>> from advbudget.data._problems import text_index
         >>> text_index([{"role": "user", "content": "a  b"}]) == text_index(
         ...     [{"role": "user", "content": " a b\\n"}]

@@ -19,7 +19,7 @@ def sample_path(name: str = "dapo") -> Path:
     other problems as ``{"problem", "answer"}``. Both also carry an ``expression`` the
     answer was computed from. They ship inside the package (also in the wheel).
 
-    Example:
+    Examples:
         >>> from advbudget.data import load_problems, sample_path
         >>> sample_path("eval").name
         'eval_sample.jsonl'

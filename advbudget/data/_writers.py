@@ -46,7 +46,7 @@ def write_verl(
     Returns:
         The paths written, in the order of ``splits``.
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> import pyarrow.parquet as pq
         >>> from advbudget.data import load_problems, sample_path, write_verl
@@ -113,7 +113,7 @@ def write_trl(splits: Splits, output_dir: str | os.PathLike[str]) -> list[Path]:
     Returns:
         The paths written, in the order of ``splits``.
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> import datasets
         >>> from advbudget.data import load_problems, sample_path, write_trl
@@ -152,7 +152,7 @@ def write_openrlhf(splits: Splits, output_dir: str | os.PathLike[str]) -> list[P
     Returns:
         The paths written, in the order of ``splits``.
 
-    Example:
+    Examples:
         >>> import json, tempfile
         >>> from advbudget.data import load_problems, sample_path, write_openrlhf
         >>> problems = load_problems(sample_path("dapo"))

@@ -46,7 +46,7 @@ def load_benchmark(spec: str) -> list[EvalProblem]:
     (or a ``.parquet``/``.json`` file with those columns); the benchmark is named after the
     file. Names load from the hub with ``datasets`` (needs network: GPU machines).
 
-    Example:
+    Examples:
         >>> import json, tempfile, pathlib
         >>> from advbudget.eval import load_benchmark
         >>> path = pathlib.Path(tempfile.mkdtemp()) / "tiny.jsonl"
@@ -87,6 +87,13 @@ def _read_rows(path: Path) -> list[dict[str, Any]]:
         if not isinstance(rows, list):
             raise ValueError(f"{path}: expected a JSON list of objects")
         return rows
+    return [row for _, row in read_jsonl(path, text)]
+
+
+def read_jsonl(path: Path, text: str | None = None) -> list[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` for each non-blank line; errors name the file and line."""
+    if text is None:
+        text = Path(path).read_text(encoding="utf-8")
     rows = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -97,7 +104,7 @@ def _read_rows(path: Path) -> list[dict[str, Any]]:
             raise ValueError(f"{path}:{number}: not a JSON object ({error.msg})") from None
         if not isinstance(row, dict):
             raise ValueError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
-        rows.append(row)
+        rows.append((number, row))
     return rows
 
 

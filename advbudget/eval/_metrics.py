@@ -25,7 +25,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     at least one correct one: ``1 - C(n - c, k) / C(n, k)`` (Chen et al. 2021), computed
     as a stable product.
 
-    Example:
+    Examples:
         >>> from advbudget.eval import pass_at_k
         >>> pass_at_k(8, 1, 1), pass_at_k(8, 1, 8), round(pass_at_k(8, 2, 4), 4)
         (0.125, 1.0, 0.7857)
@@ -43,7 +43,7 @@ def avg_at_k(correct: Sequence[int], n: int) -> float:
         correct: the number of correct samples of each problem.
         n: samples per problem.
 
-    Example:
+    Examples:
         >>> from advbudget.eval import avg_at_k
         >>> avg_at_k([8, 4, 0], n=8)
         0.5
@@ -58,7 +58,7 @@ def avg_at_k(correct: Sequence[int], n: int) -> float:
 def mean_pass_at_k(correct: Sequence[int], n: int, k: int) -> float:
     """pass@k averaged over problems.
 
-    Example:
+    Examples:
         >>> from advbudget.eval import mean_pass_at_k
         >>> mean_pass_at_k([0, 1, 8], n=8, k=8)
         0.6666666666666666

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._benchmarks import EvalProblem, load_benchmark
+from ._benchmarks import EvalProblem, load_benchmark, read_jsonl
 from ._generate import Backend, Generator, make_generator
 from ._metrics import avg_at_k, mean_pass_at_k
 
@@ -63,7 +63,7 @@ class EvalReport:
 def grade(samples: Sequence[str], answer: str, grader: str = "math_verify") -> list[bool]:
     """Grade each sample against the ground truth with ``grader`` (math_verify or dapo).
 
-    Example:
+    Examples:
         >>> from advbudget.eval import grade
         >>> grade(["... so Answer: 12", "Answer: 13"], "12", grader="dapo")
         [True, False]
@@ -80,7 +80,7 @@ def score(records: Iterable[dict[str, Any]], ks: Sequence[int] = ()) -> list[Ben
 
     ``ks`` are the pass@k to report; each must be at most the samples per problem.
 
-    Example:
+    Examples:
         >>> from advbudget.eval import score
         >>> records = [{"benchmark": "aime24", "correct": [True, False]},
         ...            {"benchmark": "aime24", "correct": [False, False]}]
@@ -147,13 +147,17 @@ def evaluate(
     Args:
         model: a model path or hub id (loaded by the backend).
         benchmarks: names (``amc23``, ``aime24``, ``aime25``, ``math500``) or JSONL paths.
-        n: samples per problem (paper: 8). ks: the pass@k to report (each <= n).
-        temperature, max_new_tokens: sampling (paper: 0.7, 8192).
+        n: samples per problem (paper: 8).
+        ks: the pass@k to report (each <= n).
+        temperature: sampling temperature (paper: 0.7).
+        max_new_tokens: the longest answer sampled (paper: 8192).
         grader: ``"math_verify"`` (symbolic equivalence) or ``"dapo"`` (DAPO's strict
             ``Answer:`` rule).
         backend: ``"vllm"``, ``"transformers"`` or ``"auto"``.
         output_dir: where to write ``generations.jsonl`` and ``scores.json``.
+        seed: sampling seed.
         generator: an already built generator (overrides ``backend``).
+        show_progress: show a progress bar while generating.
         **generator_options: passed to the backend (``tensor_parallel_size``,
             ``batch_size``, ``chat_template_kwargs``, ...).
     """
@@ -208,7 +212,7 @@ def score_generations(
 ) -> tuple[list[dict[str, Any]], EvalReport]:
     """Re-grade a ``generations.jsonl`` (``benchmark``, ``answer``, ``samples`` per line).
 
-    Example:
+    Examples:
         >>> import json, tempfile, pathlib
         >>> from advbudget.eval import score_generations
         >>> path = pathlib.Path(tempfile.mkdtemp()) / "generations.jsonl"
@@ -221,13 +225,7 @@ def score_generations(
     if grader not in GRADERS:
         raise ValueError(f"grader: expected one of {GRADERS}, got {grader!r}")
     records = []
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path}:{number}: not a JSON object ({error.msg})") from None
+    for number, record in read_jsonl(Path(path)):
         for key in ("benchmark", "answer", "samples"):
             if key not in record:
                 raise ValueError(f"{path}:{number}: missing field {key!r}")

@@ -116,7 +116,7 @@ def extract_answer(response: str) -> str | None:
     Returns:
         The text after the last ``Answer:`` in the last 300 characters, or ``None``.
 
-    Example:
+    Examples:
         >>> from advbudget.rewards import extract_answer
         >>> extract_answer("First Answer: 12, no wait...\\nanswer : 34.")
         '34.'
@@ -146,7 +146,7 @@ def normalize_answer(answer: str) -> str:
     Returns:
         The normalised string.
 
-    Example:
+    Examples:
         >>> from advbudget.rewards import normalize_answer
         >>> normalize_answer(r"x = \boxed{1,000} \text{ degrees}")
         '1000'
@@ -198,7 +198,7 @@ def dapo_reward(
     References:
         DAPO, arXiv 2503.14476 (rule-based reward, Eq. 7).
 
-    Example:
+    Examples:
         >>> from advbudget.rewards import dapo_reward
         >>> dapo_reward("... so x = 34.\nAnswer: $34$", "34")
         1.0

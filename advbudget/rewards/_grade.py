@@ -48,7 +48,7 @@ def is_correct(response: str, ground_truth: str, *, method: str = "dapo") -> boo
         TypeError: ``response`` or ``ground_truth`` is not a str.
         ValueError: ``ground_truth`` is empty, or ``method`` is unknown.
 
-    Example:
+    Examples:
         >>> from advbudget.rewards import is_correct
         >>> is_correct("Answer: 1/2", r"\frac{1}{2}")  # DAPO compares strings
         False

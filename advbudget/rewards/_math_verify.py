@@ -89,7 +89,7 @@ def math_verify_reward(response: str, ground_truth: str) -> float:
     References:
         math-verify, https://github.com/huggingface/Math-Verify.
 
-    Example:
+    Examples:
         >>> from advbudget.rewards import math_verify_reward
         >>> math_verify_reward(r"... so $x = \frac{1}{2}$.", "0.5")
         1.0

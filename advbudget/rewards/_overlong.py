@@ -30,7 +30,7 @@ def overlong_penalty(length: int, max_length: int, buffer: int, factor: float = 
     References:
         DAPO, arXiv 2503.14476, Eq. 13 (soft overlong punishment).
 
-    Example:
+    Examples:
         >>> from advbudget.rewards import overlong_penalty
         >>> overlong_penalty(3000, max_length=4096, buffer=512)
         0.0

@@ -1,8 +1,8 @@
-"""OpenRLHF: a reward file for ``--reward.remote_url`` (``--remote_rm_url`` before 0.9).
+"""OpenRLHF: a reward file for ``--reward.remote_url`` (``--remote_rm_url`` before 0.10.2).
 
 Give OpenRLHF the path of this file and the dataset column with the answers::
 
-    --reward.remote_url /abs/path/to/advbudget/rewards/openrlhf.py --label_key label
+    --reward.remote_url /abs/path/to/advbudget/rewards/openrlhf.py --data.label_key label
 
 OpenRLHF loads it by path and calls ``reward_func(queries, prompts, labels)`` (in a
 worker thread, often one sample at a time). It imports ``advbudget.rewards``, so advbudget
@@ -81,7 +81,7 @@ def reward_func(
     Args:
         queries: prompt + response strings, as OpenRLHF decodes them.
         prompts: the prompts, to cut the response out of each query.
-        labels: the ground truths (``--label_key``); ints are graded as strings.
+        labels: the ground truths (``--data.label_key``); ints are graded as strings.
         **kwargs: ``response_lengths`` (token counts), ``max_response_length``,
             ``overlong_buffer``, ``overlong_factor`` for the overlong penalty; others are
             ignored.
@@ -91,7 +91,7 @@ def reward_func(
         "reward_error": tensor}}``, float32 tensors of one value per query
         (``extra_logs`` also has ``overlong_penalty`` when the penalty is on).
 
-    Example:
+    Examples:
         >>> from advbudget.rewards.openrlhf import reward_func
         >>> prompt = "Solve 30 + 4. "
         >>> out = reward_func([prompt + "Answer: 34<|im_end|>", prompt + "Answer: 35", prompt],

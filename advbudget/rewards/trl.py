@@ -42,7 +42,7 @@ def dapo_accuracy(
         ValueError: ``completions`` and ``solution`` differ in length.
         TypeError: a completion or ground truth has the wrong type.
 
-    Example:
+    Examples:
         >>> from advbudget.rewards.trl import dapo_accuracy
         >>> completions = [[{"role": "assistant", "content": "...\nAnswer: 34"}],
         ...                [{"role": "assistant", "content": "...\nAnswer: 34."}]]
@@ -63,7 +63,7 @@ def math_verify_accuracy(
     :func:`advbudget.rewards.math_verify_reward` (a ground truth math-verify cannot parse
     scores 0.0).
 
-    Example:
+    Examples:
         >>> from advbudget.rewards.trl import math_verify_accuracy
         >>> math_verify_accuracy(["Answer: 34.", "so it is 1/2", "Answer: 7"],
         ...                      solution=["34", r"\frac{1}{2}", ""])
@@ -114,7 +114,7 @@ def overlong_penalty_reward(max_length: int, buffer: int, factor: float = 1.0) -
     Raises:
         TypeError, ValueError: as :func:`advbudget.rewards.overlong_penalty`, at once.
 
-    Example:
+    Examples:
         >>> from advbudget.rewards.trl import overlong_penalty_reward
         >>> penalty = overlong_penalty_reward(max_length=8, buffer=4)
         >>> penalty(completion_ids=[[1, 2, 3], [1] * 6, [1] * 8])

@@ -92,7 +92,7 @@ def compute_score(
         ValueError: an empty ground truth, an unknown ``method``, or an incomplete
             overlong configuration.
 
-    Example:
+    Examples:
         >>> from advbudget.rewards.verl import compute_score
         >>> compute_score("math_dapo", "... so x = 34.\\nAnswer: 34", "34")
         {'score': 1.0, 'acc': True, 'pred': '34'}

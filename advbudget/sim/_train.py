@@ -1,0 +1,226 @@
+"""One training run: on-policy groups, the library's advantages, PPO-style minibatch updates."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..core import compute_advantages, get_estimator
+from ..metrics import advantage_metrics, kappa_eff, summarize
+from ._policy import Minibatch, surrogate_loss
+from ._task import Float, Task, exact_metrics, log_policy, sample_rollouts
+
+OPTIMIZERS = ("adam", "sgd")
+
+# Evaluation metrics (exact, on the held-out prompts) are recorded after every step and
+# for the initial policy (index 0); batch metrics describe the rollouts of step t (index
+# t) and are NaN at index 0.
+EVAL_KEYS = (
+    "accuracy",
+    "accuracy_routine",
+    "accuracy_hard",
+    "pass_at_8",
+    "entropy",
+    "kl_to_reference",
+)
+BATCH_KEYS = (
+    "train_reward",
+    "skipped_group_fraction",
+    "advantage_gap_mean",
+    "kappa_eff_mean",
+    "kappa_eff_median",
+    "clip_fraction",
+)
+HISTORY_KEYS = EVAL_KEYS + BATCH_KEYS
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One training run.
+
+    Attributes:
+        estimator: any name :func:`advbudget.compute_advantages` accepts.
+        steps: policy updates (each on a fresh on-policy batch).
+        group_size: G, rollouts per prompt.
+        prompts_per_step: B, prompts per batch.
+        minibatches: the batch is split into this many minibatches of whole groups, each
+            one optimiser step (one PPO epoch); the later ones are slightly off-policy.
+        learning_rate: the optimiser's step size.
+        clip: PPO ratio clip ε (the ratio is kept in ``[1 - ε, 1 + ε]``).
+        beta: KL coefficient to the reference (initial) policy; κ = reward gap / β.
+        entropy_coef: entropy bonus coefficient.
+        entropy_until: the bonus applies to steps ``1..entropy_until`` only (None: all).
+        optimizer: ``"adam"`` (β₁ = 0.9, β₂ = 0.999, as LLM trainers use) or ``"sgd"``.
+        seed: seeds the prompt order, the rollouts and the rewards.
+    """
+
+    estimator: str = "budget"
+    steps: int = 300
+    group_size: int = 8
+    prompts_per_step: int = 32
+    minibatches: int = 4
+    learning_rate: float = 0.01
+    clip: float = 0.2
+    beta: float = 0.001
+    entropy_coef: float = 0.0
+    entropy_until: int | None = None
+    optimizer: str = "adam"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.estimator, str):
+            raise TypeError(f"estimator: expected an estimator name, got {self.estimator!r}")
+        get_estimator(self.estimator)  # raises "estimator: expected one of ..."
+        _check_int("steps", self.steps, 0)
+        _check_int("group_size", self.group_size, 2)
+        _check_int("prompts_per_step", self.prompts_per_step, 1)
+        _check_int("minibatches", self.minibatches, 1)
+        _check_int("seed", self.seed, 0)
+        if self.prompts_per_step % self.minibatches:
+            raise ValueError(
+                f"minibatches: expected a divisor of prompts_per_step={self.prompts_per_step} "
+                f"(minibatches hold whole groups), got {self.minibatches}"
+            )
+        _check_number("learning_rate", self.learning_rate)
+        _check_number("beta", self.beta)
+        _check_number("entropy_coef", self.entropy_coef)
+        _check_number("clip", self.clip)
+        if self.clip <= 0:
+            raise ValueError(f"clip: expected a number > 0, got {self.clip!r}")
+        if self.entropy_until is not None:
+            _check_int("entropy_until", self.entropy_until, 0)
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer: expected one of {OPTIMIZERS}, got {self.optimizer!r}")
+
+
+def _check_int(name: str, value: object, least: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+        raise ValueError(f"{name}: expected an int >= {least}, got {value!r}")
+
+
+def _check_number(name: str, value: object) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not (ok and math.isfinite(value) and value >= 0):  # type: ignore[arg-type,operator]
+        raise ValueError(f"{name}: expected a finite number >= 0, got {value!r}")
+
+
+class _Optimizer:
+    """Adam (with bias correction) or plain SGD on one weight matrix."""
+
+    def __init__(self, kind: str, learning_rate: float, shape: tuple[int, ...]) -> None:
+        self.kind = kind
+        self.learning_rate = learning_rate
+        self.first = np.zeros(shape)
+        self.second = np.zeros(shape)
+        self.count = 0
+
+    def step(self, weights: Float, gradient: Float) -> Float:
+        if self.kind == "sgd":
+            result: Float = weights - self.learning_rate * gradient
+            return result
+        self.count += 1
+        self.first = 0.9 * self.first + 0.1 * gradient
+        self.second = 0.999 * self.second + 0.001 * gradient**2
+        first = self.first / (1 - 0.9**self.count)
+        second = self.second / (1 - 0.999**self.count)
+        result = weights - self.learning_rate * first / (np.sqrt(second) + 1e-8)
+        return result
+
+
+def train(
+    config: RunConfig,
+    task: Task,
+    *,
+    on_step: Callable[[int], None] | None = None,
+) -> dict[str, Float]:
+    """Train the shared policy of ``task`` from its initial weights; return the curves.
+
+    Each step samples ``prompts_per_step`` prompts from the training pool (reshuffled
+    every epoch) and ``group_size`` rollouts each from the current policy, gets the
+    advantages from :func:`advbudget.compute_advantages`, takes one PPO epoch over
+    ``minibatches`` minibatches, then measures κ_eff on the step's rollouts with
+    :func:`advbudget.metrics.kappa_eff` and evaluates the policy exactly on the held-out
+    prompts.
+
+    Returns:
+        ``{metric: [steps + 1] array}`` for every name in ``HISTORY_KEYS``, index 0 being
+        the initial policy, plus ``"weights"``: the final weights ``[K, D]``.
+
+    Examples:
+        >>> from advbudget.sim import RunConfig, TaskConfig, make_task, train
+        >>> task = make_task(TaskConfig(train_prompts=64, validation_prompts=64))
+        >>> history = train(RunConfig(estimator="dr", steps=3, prompts_per_step=8), task)
+        >>> history["accuracy"].shape
+        (4,)
+    """
+    rng = np.random.default_rng(config.seed)
+    weights = task.initial_weights.copy()
+    optimizer = _Optimizer(config.optimizer, config.learning_rate, weights.shape)
+    reference_train = log_policy(task.initial_weights, task.train.features)
+    reference_validation = log_policy(task.initial_weights, task.validation.features)
+    history = {key: np.full(config.steps + 1, math.nan) for key in HISTORY_KEYS}
+
+    def evaluate(step: int) -> None:
+        for key, value in exact_metrics(weights, task.validation, reference_validation).items():
+            history[key][step] = value
+
+    evaluate(0)
+    order = rng.permutation(task.train.size)
+    cursor = 0
+    group_size, per_minibatch = config.group_size, config.prompts_per_step // config.minibatches
+    for step in range(1, config.steps + 1):
+        if cursor + config.prompts_per_step > order.size:
+            order, cursor = rng.permutation(task.train.size), 0
+        prompts = order[cursor : cursor + config.prompts_per_step]
+        cursor += config.prompts_per_step
+        features = task.train.features[prompts]
+        log_probs = log_policy(weights, features)
+        strategies, rewards = sample_rollouts(
+            log_probs,
+            task.train.success[prompts],
+            group_size,
+            rng,
+            partial_credit=task.config.partial_credit,
+        )
+        result = compute_advantages(rewards.reshape(-1), config.estimator, group_size=group_size)
+        advantages = np.asarray(result.advantages, dtype=np.float64).reshape(rewards.shape)
+        old = np.take_along_axis(log_probs, strategies, axis=1)
+        bonus_on = config.entropy_until is None or step <= config.entropy_until
+        clip_fractions = []
+        for start in range(0, config.prompts_per_step, per_minibatch):
+            part = slice(start, start + per_minibatch)
+            batch = Minibatch(
+                features=features[part],
+                strategies=strategies[part],
+                advantages=advantages[part],
+                old_log_probs=old[part],
+                reference_log_probs=reference_train[prompts[part]],
+            )
+            terms, gradient = surrogate_loss(
+                weights,
+                batch,
+                clip=config.clip,
+                beta=config.beta,
+                entropy_coef=config.entropy_coef if bonus_on else 0.0,
+            )
+            weights = optimizer.step(weights, gradient)
+            clip_fractions.append(terms.clip_fraction)
+        new = np.take_along_axis(log_policy(weights, features), strategies, axis=1)
+        realised = summarize(
+            kappa_eff(old.reshape(-1), new.reshape(-1), result.advantages, groups=result.groups)
+        )
+        batch_metrics = advantage_metrics(result)
+        history["train_reward"][step] = rewards.mean()
+        history["skipped_group_fraction"][step] = batch_metrics["skipped_group_fraction"]
+        history["advantage_gap_mean"][step] = batch_metrics["advantage_gap_mean"]
+        history["kappa_eff_mean"][step] = realised["mean"]
+        history["kappa_eff_median"][step] = realised["median"]
+        history["clip_fraction"][step] = float(np.mean(clip_fractions))
+        evaluate(step)
+        if on_step is not None:
+            on_step(step)
+    history["weights"] = weights
+    return history
