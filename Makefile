@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_PIN ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo bench lint typecheck clean
+.PHONY: test demo bench lint typecheck clean test-core test-trl bench-trl
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,8 +23,26 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-test: lint typecheck
+test: lint typecheck test-core test-trl
+
+test-core: $(STAMP)
 	ADVBUDGET_REQUIRE_BACKENDS=1 $(BIN)/python -m pytest -n 2
+
+# Each trainer gets its own environment, as its users install it: verl, TRL and OpenRLHF
+# pin conflicting versions (ray, transformers, antlr).
+VENV_TRL ?= .venv-trl
+$(VENV_TRL)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV_TRL)
+	$(VENV_TRL)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV_TRL)/bin/python -m pip install --quiet "$(TORCH_PIN)"
+	$(VENV_TRL)/bin/python -m pip install --quiet -e ".[trl]" pytest hypothesis
+	touch $@
+
+test-trl: $(VENV_TRL)/.installed
+	$(VENV_TRL)/bin/python -m pytest -q -p no:cacheprovider tests/adapters/trl advbudget/adapters/trl
+
+bench-trl: $(VENV_TRL)/.installed
+	$(VENV_TRL)/bin/python benchmarks/trl_adapter.py
 
 demo: $(STAMP)
 	$(BIN)/advbudget explain --group-size 8 --plot demo/explain.png
@@ -35,4 +53,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/report.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache demo
+	rm -rf $(VENV) $(VENV_TRL) .pytest_cache .mypy_cache .ruff_cache demo

@@ -1,0 +1,45 @@
+"""Two processes (torchrun, CPU, gloo): a group spans both ranks; advantages still exact."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+trl = pytest.importorskip("trl")
+
+from advbudget import compute_advantages  # noqa: E402
+
+WORKER = Path(__file__).with_name("_two_process_worker.py")
+
+
+def test_group_spanning_ranks(tiny_model: Path, tmp_path: Path) -> None:
+    from advbudget.data import load_problems, sample_path, write_trl
+
+    torchrun = Path(sys.executable).with_name("torchrun")
+    if not torchrun.exists() and shutil.which("torchrun") is None:
+        pytest.skip("torchrun not found")
+    (data,) = write_trl({"train": load_problems(sample_path("dapo"))[:12]}, tmp_path / "data")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore::FutureWarning"}
+    command = [str(torchrun if torchrun.exists() else "torchrun"), "--nproc_per_node", "2",
+               "--standalone", str(WORKER), str(tiny_model), str(data), str(tmp_path)]  # fmt: skip
+    run = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env, check=False)
+    assert run.returncode == 0, run.stderr[-4000:]
+    records: list[dict[str, Any]] = [
+        json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)
+    ]
+    assert [r["world_size"] for r in records] == [2, 2]
+    rewards = records[0]["global_rewards"]
+    assert records[1]["global_rewards"] == rewards  # both ranks see all 12 rewards
+    assert len(rewards) == 12  # 3 groups of 4; rows 4..7 are on rank 0 (4, 5) and 1 (6, 7)
+    expected = compute_advantages(rewards, "budget", group_size=4).advantages.tolist()
+    for record in records:
+        start = 6 * record["rank"]
+        assert record["local_advantages"] == pytest.approx(expected[start : start + 6], abs=1e-6)
+    assert any(value != 0 for value in expected[4:8]) or len(set(rewards[4:8])) == 1

@@ -1,0 +1,141 @@
+"""End to end on CPU: the tiny Qwen3 model trains with budget advantages through TRL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+trl = pytest.importorskip("trl")
+torch = pytest.importorskip("torch")
+
+from advbudget import compute_advantages  # noqa: E402
+from advbudget.adapters.trl import AdvBudgetGRPOTrainer  # noqa: E402
+
+from .conftest import TRL_WARNINGS, finite, mixed_reward  # noqa: E402
+
+pytestmark = TRL_WARNINGS
+
+
+def _capture(trainer: Any) -> list[dict[str, Any]]:
+    """Record each output of ``_generate_and_score_completions`` (what the loss receives)."""
+    seen: list[dict[str, Any]] = []
+    original = trainer._generate_and_score_completions
+
+    def wrapped(inputs: Any) -> dict[str, Any]:
+        output = original(inputs)
+        seen.append({k: v.clone() if torch.is_tensor(v) else v for k, v in output.items()})
+        return output
+
+    trainer._generate_and_score_completions = wrapped
+    return seen
+
+
+def test_budget_trains_and_logs(make_trainer: Any) -> None:
+    trainer = make_trainer(AdvBudgetGRPOTrainer, config={"max_steps": 3}, kappa_every=1)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    changed = [n for n, p in trainer.model.named_parameters() if not torch.equal(p, before[n])]
+    assert changed, "no weight changed"
+    logs = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert len(logs) == 3
+    for key in (
+        "advbudget/skipped_group_fraction",
+        "advbudget/advantage_gap_mean",
+        "advbudget/positive_advantage_fraction",
+        "advbudget/kappa_eff/mean",
+    ):
+        assert any(key in entry for entry in logs), key
+    assert finite([entry.get("advbudget/kappa_eff/mean") for entry in logs])
+    result = trainer.last_advantage_result
+    assert result is not None
+    assert result.estimator == "budget"
+    # TRL's completions log holds the advantages that were used.
+    logged = list(trainer._logs["advantages"])
+    assert logged == pytest.approx(result.advantages.tolist())
+
+
+@pytest.mark.parametrize("skip_empty_groups", [False, True])
+def test_skipped_and_unscorable_rollouts(make_trainer: Any, skip_empty_groups: bool) -> None:
+    trainer = make_trainer(
+        AdvBudgetGRPOTrainer,
+        reward_funcs=mixed_reward,
+        config={"max_steps": 2, "per_device_train_batch_size": 16},
+        skip_empty_groups=skip_empty_groups,
+    )
+    seen = _capture(trainer)
+    trainer.train()
+    assert seen
+    # Each prompt's text tells its kind: "const" groups have no gap, "none" are unscorable.
+    kind_of = {
+        row[-1]["content"]: kind
+        for row, kind in zip(
+            trainer.train_dataset["prompt"], trainer.train_dataset["kind"], strict=True
+        )
+    }
+    tokenizer = trainer.processing_class
+    checked = 0
+    for output in seen:
+        texts = tokenizer.batch_decode(output["prompt_ids"], skip_special_tokens=True)
+        tokens = output["completion_mask"].sum(dim=1)
+        for i, text in enumerate(texts):
+            (kind,) = [k for content, k in kind_of.items() if content in text]
+            if kind in ("const", "none"):
+                checked += 1
+                assert output["advantages"][i].item() == 0.0
+                # With skip_empty_groups the rollout leaves the loss: no token counts.
+                assert (tokens[i].item() == 0) is skip_empty_groups
+        assert output["num_items_in_batch"].item() == tokens.sum().item()
+    assert checked >= 8
+    logs = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert any(entry["advbudget/skipped_group_fraction"] > 0 for entry in logs)
+
+
+def test_advantages_match_core(make_trainer: Any) -> None:
+    trainer = make_trainer(AdvBudgetGRPOTrainer, advantage_options={"budget": 2.0})
+    rewards = torch.tensor([[1.0], [0.0], [0.0], [0.0], [1.0], [1.0], [1.0], [1.0]])
+    got = trainer.compute_group_advantages(rewards, 4)
+    want = compute_advantages(rewards[:, 0].numpy(), "budget", group_size=4, budget=2.0)
+    assert got.advantages.tolist() == pytest.approx(want.advantages.tolist())
+    assert got.group_skipped.tolist() == [False, True]
+
+
+def test_errors(make_trainer: Any) -> None:
+    with pytest.raises(ValueError, match="nan_policy"):
+        make_trainer(AdvBudgetGRPOTrainer, nan_policy="zero")
+    with pytest.raises(ValueError, match="kappa_every"):
+        make_trainer(AdvBudgetGRPOTrainer, kappa_every=-1)
+    with pytest.raises(ValueError, match="estimator: expected one of"):
+        make_trainer(AdvBudgetGRPOTrainer, advantage_estimator="nope")
+    with pytest.raises(TypeError, match="advantage_estimator"):
+        make_trainer(AdvBudgetGRPOTrainer, advantage_estimator=3)
+    with pytest.raises(ValueError, match="multi_objective_aggregation"):
+        make_trainer(
+            AdvBudgetGRPOTrainer, config={"multi_objective_aggregation": "normalize_then_sum"}
+        )
+
+
+def test_kappa_from_reused_batch(make_trainer: Any) -> None:
+    # num_iterations=2: TRL keeps old_per_token_logps, the "before" of κ_eff.
+    trainer = make_trainer(
+        AdvBudgetGRPOTrainer, config={"max_steps": 4, "num_iterations": 2}, kappa_every=1
+    )
+    seen = _capture(trainer)
+    trainer.train()
+    assert all("old_per_token_logps" in output for output in seen)
+    values = finite([e.get("advbudget/kappa_eff/mean") for e in trainer.state.log_history])
+    assert len(values) == 2  # once per generation batch, after its second update
+    assert all(value != 0.0 for value in values)
+
+
+def test_eval_uses_eval_group_size(make_trainer: Any, train_dataset: Any) -> None:
+    trainer = make_trainer(
+        AdvBudgetGRPOTrainer,
+        config={"num_generations_eval": 2, "per_device_eval_batch_size": 8},
+        eval_dataset=train_dataset,
+    )
+    metrics = trainer.evaluate()
+    result = trainer.last_advantage_result
+    assert result is not None
+    assert result.num_groups == 4  # 8 rollouts in groups of 2
+    assert "eval_advbudget/skipped_group_fraction" in metrics
