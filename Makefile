@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_PIN ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo bench lint typecheck clean test-core test-trl bench-trl
+.PHONY: test demo bench lint typecheck clean test-core test-verl test-trl bench-verl bench-trl
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,13 +23,27 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-test: lint typecheck test-core test-trl
+test: lint typecheck test-core test-verl test-trl
 
 test-core: $(STAMP)
 	ADVBUDGET_REQUIRE_BACKENDS=1 $(BIN)/python -m pytest -n 2
 
 # Each trainer gets its own environment, as its users install it: verl, TRL and OpenRLHF
 # pin conflicting versions (ray, transformers, antlr).
+VENV_VERL ?= .venv-verl
+$(VENV_VERL)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV_VERL)
+	$(VENV_VERL)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV_VERL)/bin/python -m pip install --quiet "$(TORCH_PIN)"
+	$(VENV_VERL)/bin/python -m pip install --quiet -e ".[verl]" pytest hypothesis
+	touch $@
+
+test-verl: $(VENV_VERL)/.installed
+	$(VENV_VERL)/bin/python -m pytest -q -p no:cacheprovider tests/adapters/verl advbudget/adapters/verl
+
+bench-verl: $(VENV_VERL)/.installed
+	$(VENV_VERL)/bin/python benchmarks/verl.py
+
 VENV_TRL ?= .venv-trl
 $(VENV_TRL)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV_TRL)
@@ -53,4 +67,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/report.py
 
 clean:
-	rm -rf $(VENV) $(VENV_TRL) .pytest_cache .mypy_cache .ruff_cache demo
+	rm -rf $(VENV) $(VENV_VERL) $(VENV_TRL) .pytest_cache .mypy_cache .ruff_cache demo

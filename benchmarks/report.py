@@ -15,7 +15,7 @@ HERE = Path(__file__).resolve().parent
 SECTIONS = (
     ("core", "the core estimators on numpy, torch and jax (CPU)", "python benchmarks/core.py"),
     ("gpu", "the core estimators on CUDA (torch, jax), N up to 16M", "bash benchmarks/gpu.sh"),
-    ("verl", "the verl adapter against verl's grpo / grpo_vectorized", "the verl adapter issue"),
+    ("verl", "the verl adapter against verl's grpo / grpo_vectorized", "make bench-verl"),
     ("trl", "the TRL adapter's step-time overhead", "make bench-trl"),
     ("openrlhf", "the OpenRLHF adapter against its advantage code", "the OpenRLHF adapter issue"),
 )

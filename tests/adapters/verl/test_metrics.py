@@ -1,0 +1,248 @@
+"""The metrics the trainers add to verl's metrics dict, on real ``DataProto`` batches."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+verl = pytest.importorskip("verl")
+
+import torch  # noqa: E402
+from verl import DataProto  # noqa: E402
+
+from advbudget.adapters.verl import METRIC_PREFIX, batch_metrics  # noqa: E402
+from advbudget.adapters.verl._metrics import kappa_metrics  # noqa: E402
+
+from .conftest import VERL_WARNINGS, algorithm_config  # noqa: E402
+
+pytestmark = VERL_WARNINGS
+
+DOCUMENTED = {
+    "skipped_group_fraction",
+    "advantage_gap_mean",
+    "positive_advantage_fraction",
+    "valid_fraction",
+    "advantage_mean",
+    "advantage_std",
+    "advantage_min",
+    "advantage_max",
+}
+
+
+def hand_batch() -> DataProto:
+    """Groups: a = 1 of 4 correct, b = constant, c = 1 of 2, d = a group of one; shuffled."""
+    uids = np.array(["a"] * 4 + ["b"] * 4 + ["c"] * 2 + ["d"], dtype=object)
+    scores = np.array([1, 0, 0, 0, 1, 1, 1, 1, 1, 0, 1], dtype=np.float32)
+    order = np.random.default_rng(0).permutation(len(uids))
+    rewards = np.zeros((len(uids), 3), np.float32)
+    rewards[:, -1] = scores
+    return DataProto.from_dict(
+        tensors={
+            "token_level_rewards": torch.from_numpy(rewards[order]),
+            "response_mask": torch.ones(len(uids), 3),
+        },
+        non_tensors={"uid": uids[order]},
+    )
+
+
+def test_budget_metrics_by_hand() -> None:
+    metrics = batch_metrics(hand_batch(), algorithm_config("reward_budget"))
+    assert set(metrics) == {METRIC_PREFIX + key for key in DOCUMENTED}
+    # b (no gap) and d (one response) are skipped; a and c each span a gap of 1.
+    assert metrics["advbudget/skipped_group_fraction"] == 0.5
+    assert metrics["advbudget/advantage_gap_mean"] == pytest.approx(1.0)
+    assert metrics["advbudget/positive_advantage_fraction"] == pytest.approx(2 / 11)
+    assert metrics["advbudget/valid_fraction"] == pytest.approx(6 / 11)
+    assert metrics["advbudget/advantage_max"] == pytest.approx(0.75)
+    assert metrics["advbudget/advantage_min"] == pytest.approx(-0.5)
+    assert all(isinstance(v, float) for v in metrics.values())
+
+
+def test_verl_grpo_is_described_by_advbudget_grpo() -> None:
+    metrics = batch_metrics(hand_batch(), algorithm_config("grpo"))
+    # verl's grpo scores a group of one (d) against mean 0, std 1: it is not skipped.
+    assert metrics["advbudget/skipped_group_fraction"] == 0.25
+    gap_a = 1 / (0.5 + 1e-6)  # (1 - 0.25) / std and (0 - 0.25) / std, std = 0.5 (N-1)
+    gap_c = 1 / (math.sqrt(0.5) + 1e-6)  # (1 - 0.5) / std and (0 - 0.5) / std
+    expected = (gap_a + gap_c + 0.0) / 3  # d's gap is 0 (one response)
+    assert metrics["advbudget/advantage_gap_mean"] == pytest.approx(expected, rel=1e-5)
+    assert metrics["advbudget/positive_advantage_fraction"] == pytest.approx(3 / 11)
+
+
+def test_non_group_estimator_gives_nothing() -> None:
+    assert batch_metrics(hand_batch(), algorithm_config("gae")) == {}
+
+
+def test_all_groups_skipped() -> None:
+    data = hand_batch()
+    data.batch["token_level_rewards"][:] = 0
+    metrics = batch_metrics(data, algorithm_config("reward_budget"))
+    assert metrics["advbudget/skipped_group_fraction"] == 1.0
+    assert math.isnan(metrics["advbudget/advantage_gap_mean"])
+
+
+def test_kappa_metrics() -> None:
+    # Sequence log-probs (masked sums): group a's winner -5 -> -4.5, loser -4 -> -4.5
+    # (κ_eff 1); group b's winner -3 -> -1, loser unchanged (κ_eff 2).
+    old = torch.tensor([[-2.0, -3.0], [-1.0, -3.0], [-3.0, 7.0], [-6.0, 7.0]])
+    new = torch.tensor([[-1.5, -3.0], [-1.5, -3.0], [-1.0, 9.0], [-6.0, 9.0]])
+    mask = torch.tensor([[1, 1], [1, 1], [1, 0], [1, 0]])
+    advantages = torch.tensor([0.5, -0.5, 0.5, -0.5])
+    uids = np.array(["a", "a", "b", "b"], dtype=object)
+    metrics = kappa_metrics(old, new, mask, advantages, uids)
+    assert metrics["advbudget/kappa_eff/mean"] == pytest.approx(1.5)
+    assert metrics["advbudget/kappa_eff/count"] == 2.0
+
+
+def test_trainers_registered() -> None:
+    pytest.importorskip("transfer_queue")
+    from advbudget.adapters.verl import register_trainers
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        names = register_trainers()
+        from verl.trainer.ppo.v1 import get_trainer_cls
+        from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+    assert "advbudget_sync" in names
+    cls = get_trainer_cls("advbudget_sync")
+    assert issubclass(cls, PPOTrainerSync)
+    assert "_compute_advantage" in vars(cls)
+    assert "_update_actor" in vars(cls)
+    assert register_trainers() == names  # idempotent
+
+
+class FakeBatch:
+    """The parts of TransferQueue's ``KVBatchMeta`` the trainers read."""
+
+    def __init__(self, tags: list[dict[str, bool]]) -> None:
+        self.keys = [f"k{i}" for i in range(len(tags))]
+        self.partition_id = "train"
+        self.tags = tags
+        self.extra_info: dict[str, object] = {}
+
+
+def test_trainer_adds_metrics_after_verl_advantages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The override on verl's real sync trainer: verl's step, then ours, from TransferQueue
+    fields (jagged tensors, uid as non-tensor data; padding rows left out)."""
+    pytest.importorskip("transfer_queue")
+    from omegaconf import OmegaConf
+    from tensordict import NonTensorStack, TensorDict
+
+    from advbudget.adapters.verl import register_trainers
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        register_trainers()
+        import transfer_queue as tq
+        from verl.trainer.ppo.v1 import get_trainer_cls
+        from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    data = hand_batch()
+    uids = [*data.non_tensor_batch["uid"], "pad"]
+    scores = [*data.batch["token_level_rewards"], torch.ones(3)]
+    stored = TensorDict(
+        {
+            "rm_scores": torch.nested.nested_tensor(scores, layout=torch.jagged),
+            "uid": NonTensorStack.from_list(uids),
+        },
+        batch_size=len(uids),
+    )
+    calls = []
+    monkeypatch.setattr(
+        PPOTrainerSync, "_compute_advantage", lambda self, batch, metrics: calls.append(1) or batch
+    )
+    monkeypatch.setattr(tq, "kv_batch_get", lambda keys, partition_id, select_fields: stored)
+    trainer = object.__new__(get_trainer_cls("advbudget_sync"))
+    trainer.config = OmegaConf.create({"algorithm": algorithm_config("reward_budget")})
+    batch = FakeBatch([{"is_padding": False}] * 11 + [{"is_padding": True}])
+    metrics: dict[str, float] = {}
+    assert trainer._compute_advantage(batch, metrics=metrics) is batch
+    assert calls == [1]
+    assert metrics == batch_metrics(hand_batch(), algorithm_config("reward_budget"))
+
+
+def test_trainer_hands_verl_the_base_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    """verl's base class branches on ``trainer_mode == "sync"``: ours must look like sync."""
+    pytest.importorskip("transfer_queue")
+    from omegaconf import OmegaConf
+
+    from advbudget.adapters.verl import register_trainers
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        register_trainers()
+        from verl.trainer.ppo.v1 import get_trainer_cls
+        from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    seen = []
+    monkeypatch.setattr(
+        PPOTrainer, "__init__", lambda self, config: seen.append(config.trainer.v1.trainer_mode)
+    )
+    config = OmegaConf.create({"trainer": {"v1": {"trainer_mode": "advbudget_sync"}}})
+    OmegaConf.set_struct(config, True)
+    get_trainer_cls("advbudget_sync")(config)
+    assert seen == ["sync"]
+
+
+@pytest.mark.parametrize(("step", "expected_passes"), [(4, 1), (3, 0)])
+def test_trainer_kappa_eff_every_k_steps(
+    monkeypatch: pytest.MonkeyPatch, step: int, expected_passes: int
+) -> None:
+    """After verl's actor update: one extra log-prob pass every ``kappa_every`` steps."""
+    pytest.importorskip("transfer_queue")
+    from omegaconf import OmegaConf
+    from tensordict import NonTensorStack, TensorDict
+
+    from advbudget.adapters.verl import register_trainers
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        register_trainers()
+        import transfer_queue as tq
+        from verl.trainer.ppo.v1 import get_trainer_cls
+        from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    # Same numbers as test_kappa_metrics: κ_eff 1 and 2.
+    old = torch.tensor([[-2.0, -3.0], [-1.0, -3.0], [-3.0, 0.0], [-6.0, 0.0]])
+    new = torch.tensor([[-1.5, -3.0], [-1.5, -3.0], [-1.0, 0.0], [-6.0, 0.0]])
+    mask = torch.tensor([[1, 1], [1, 1], [1, 0], [1, 0]])
+    advantages = torch.tensor([0.5, -0.5, 0.5, -0.5])[:, None] * mask
+    stored = TensorDict(
+        {
+            "old_log_probs": old,
+            "log_probs": new,
+            "advantages": advantages,
+            "response_mask": mask,
+            "uid": NonTensorStack.from_list(["a", "a", "b", "b"]),
+        },
+        batch_size=4,
+    )
+    passes = []
+
+    class Workers:
+        def compute_log_prob(self, batch: object) -> object:
+            passes.append(batch)
+            return batch
+
+    monkeypatch.setattr(PPOTrainerSync, "_update_actor", lambda self, batch, metrics: batch)
+    monkeypatch.setattr(tq, "kv_batch_get", lambda keys, partition_id, select_fields: stored)
+    trainer = object.__new__(get_trainer_cls("advbudget_sync"))
+    trainer.config = OmegaConf.create(
+        {
+            "algorithm": algorithm_config("reward_budget", kappa_every=2),
+            "actor_rollout_ref": {"rollout": {"temperature": 1.0}},
+        }
+    )
+    trainer.actor_rollout_wg = Workers()
+    trainer.global_steps = step
+    metrics: dict[str, float] = {}
+    trainer._update_actor(FakeBatch([{}] * 4), metrics=metrics)
+    assert len(passes) == expected_passes
+    if expected_passes:
+        assert metrics["advbudget/kappa_eff/mean"] == pytest.approx(1.5)
+        assert metrics["advbudget/kappa_eff/count"] == 2.0
+    else:
+        assert metrics == {}
