@@ -62,8 +62,11 @@ demo: $(STAMP)
 	$(BIN)/advbudget explain --group-size 8 --plot demo/explain.png
 	$(BIN)/advbudget simulate --experiment compare --output-dir demo
 
+# Every benchmark whose environment exists (make test builds them), then RESULTS.md.
 bench: $(STAMP)
 	$(BIN)/python benchmarks/core.py
+	if [ -x $(VENV_VERL)/bin/python ]; then $(MAKE) bench-verl; fi
+	if [ -x $(VENV_TRL)/bin/python ]; then $(MAKE) bench-trl; fi
 	$(BIN)/python benchmarks/report.py
 
 clean:
