@@ -42,7 +42,7 @@ test-verl: $(VENV_VERL)/.installed
 	$(VENV_VERL)/bin/python -m pytest -q -p no:cacheprovider tests/adapters/verl advbudget/adapters/verl
 
 bench-verl: $(VENV_VERL)/.installed
-	$(VENV_VERL)/bin/python benchmarks/verl.py
+	$(VENV_VERL)/bin/python benchmarks/verl_adapter.py
 
 VENV_TRL ?= .venv-trl
 $(VENV_TRL)/.installed: pyproject.toml

@@ -42,6 +42,8 @@ except ImportError:  # not installed: benchmark the checkout this script lives i
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     import advbudget
 
+from _common import write_atomic
+
 from advbudget import (
     budget_advantage,
     dr_advantage,
@@ -711,14 +713,6 @@ def _load_average() -> str:
         return " ".join(f"{x:.2f}" for x in os.getloadavg())
     except OSError:  # not available on this platform
         return "n/a"
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write via a .tmp file so an interrupted run never leaves half a result."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 # -- main -----------------------------------------------------------------------------

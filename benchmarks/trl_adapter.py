@@ -27,6 +27,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from _common import write_atomic
+
 _HERE = Path(__file__).resolve().parent
 
 RESULTS = _HERE / "results"
@@ -253,10 +255,9 @@ def main(argv: list[str] | None = None) -> None:
         "AdvBudgetGRPOTrainer._generate_and_score_completions minus TRL's (advantages, "
         "metrics, completions-log rewrite; with kappa_eff also its before-pass)"
     )
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(payload, indent=2) + "\n")
+    write_atomic(args.output, json.dumps(payload, indent=2) + "\n")
     report = markdown(payload)
-    args.output.with_suffix(".md").write_text(report)
+    write_atomic(args.output.with_suffix(".md"), report)
     print(report)
 
 

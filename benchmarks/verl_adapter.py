@@ -14,7 +14,7 @@ It checks once that verl's two and ``advbudget_grpo`` agree, then writes
 N = 65,536, at least 100x faster than ``grpo`` and 3x faster than ``grpo_vectorized``;
 reported, never enforced: only a disagreement exits non-zero.
 
-Run in the verl environment: ``.venv-verl/bin/python benchmarks/verl.py`` (``--quick`` for
+Run in the verl environment: ``.venv-verl/bin/python benchmarks/verl_adapter.py`` (``--quick`` for
 a smoke run).
 """
 
@@ -35,11 +35,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _common import write_atomic
 
-# Run as a script, this file's folder comes first on sys.path, and this file is named
-# verl.py: drop the folder so `import verl` finds the framework, not this script.
 _HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or os.curdir).resolve() != _HERE]
 
 GROUP_SIZE = 8
 DEFAULT_SIZES = (4_096, 65_536)
@@ -217,13 +215,6 @@ def machine_info() -> dict[str, Any]:
         "verl": verl.__version__,
         "advbudget": advbudget.__version__,
     }
-
-
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def parse_ints(text: str) -> list[int]:
