@@ -9,12 +9,18 @@ STAMP := $(VENV)/.installed
 
 .PHONY: test demo bench lint typecheck clean test-core test-verl test-trl bench-verl bench-trl
 
+# $(call environment,DIR,EXTRAS): a virtual environment with torch from its pin first,
+# then advbudget (editable) with EXTRAS and the test runner.
+define environment
+	$(PYTHON) -m venv $(1)
+	$(1)/bin/python -m pip install --quiet --upgrade pip
+	$(1)/bin/python -m pip install --quiet "$(TORCH_PIN)"
+	$(1)/bin/python -m pip install --quiet -e ".[$(2)]" pytest hypothesis
+	touch $(1)/.installed
+endef
+
 $(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet "$(TORCH_PIN)"
-	$(BIN)/python -m pip install --quiet -e ".[test]"
-	touch $(STAMP)
+	$(call environment,$(VENV),test)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -32,11 +38,7 @@ test-core: $(STAMP)
 # pin conflicting versions (ray, transformers, antlr).
 VENV_VERL ?= .venv-verl
 $(VENV_VERL)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV_VERL)
-	$(VENV_VERL)/bin/python -m pip install --quiet --upgrade pip
-	$(VENV_VERL)/bin/python -m pip install --quiet "$(TORCH_PIN)"
-	$(VENV_VERL)/bin/python -m pip install --quiet -e ".[verl]" pytest hypothesis
-	touch $@
+	$(call environment,$(VENV_VERL),verl)
 
 test-verl: $(VENV_VERL)/.installed
 	$(VENV_VERL)/bin/python -m pytest -q -p no:cacheprovider tests/adapters/verl advbudget/adapters/verl
@@ -46,11 +48,7 @@ bench-verl: $(VENV_VERL)/.installed
 
 VENV_TRL ?= .venv-trl
 $(VENV_TRL)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV_TRL)
-	$(VENV_TRL)/bin/python -m pip install --quiet --upgrade pip
-	$(VENV_TRL)/bin/python -m pip install --quiet "$(TORCH_PIN)"
-	$(VENV_TRL)/bin/python -m pip install --quiet -e ".[trl]" pytest hypothesis
-	touch $@
+	$(call environment,$(VENV_TRL),trl)
 
 test-trl: $(VENV_TRL)/.installed
 	$(VENV_TRL)/bin/python -m pytest -q -p no:cacheprovider tests/adapters/trl advbudget/adapters/trl
