@@ -14,6 +14,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import torch
+
 
 def parity_reward(completion_ids: list[list[int]], **kwargs: Any) -> list[float]:
     return [float(sum(ids) % 3) for ids in completion_ids]
@@ -71,6 +73,11 @@ def main(model_dir: str, data_file: str, output_dir: str) -> None:
     record["world_size"] = trainer.accelerator.num_processes
     path = Path(output_dir) / f"rank{record['rank']}.json"
     path.write_text(json.dumps(record))
+    # Tear gloo down explicitly: left to interpreter exit, its threads can abort a rank
+    # ("terminate called without an active exception") after the work is done.
+    trainer.accelerator.wait_for_everyone()
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -30,7 +30,12 @@ def test_group_spanning_ranks(tiny_model: Path, tmp_path: Path) -> None:
     command = [str(torchrun if torchrun.exists() else "torchrun"), "--nproc_per_node", "2",
                "--standalone", str(WORKER), str(tiny_model), str(data), str(tmp_path)]  # fmt: skip
     run = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env, check=False)
-    assert run.returncode == 0, run.stderr[-4000:]
+    results_written = all((tmp_path / f"rank{rank}.json").exists() for rank in (0, 1))
+    # gloo can abort a rank at interpreter exit after the work is done and the results are
+    # written (seen once in ~20 runs on a 2-core machine, before the worker destroyed the
+    # process group itself); that teardown noise is not what this test is about.
+    teardown_abort = "terminate called without an active exception" in run.stderr
+    assert run.returncode == 0 or (results_written and teardown_abort), run.stderr[-4000:]
     records: list[dict[str, Any]] = [
         json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)
     ]
