@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_PIN ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo bench lint typecheck clean test-core test-verl test-trl bench-verl bench-trl
+.PHONY: test demo bench lint typecheck clean test-core test-verl test-trl test-openrlhf bench-verl bench-trl
 
 # $(call environment,DIR,EXTRAS): a virtual environment with torch from its pin first,
 # then advbudget (editable) with EXTRAS and the test runner.
@@ -56,6 +56,23 @@ test-trl: $(VENV_TRL)/.installed
 bench-trl: $(VENV_TRL)/.installed
 	$(VENV_TRL)/bin/python benchmarks/trl_adapter.py
 
+# OpenRLHF's CPU install needs --no-deps and import stubs for flash_attn and vllm
+# (tests/adapters/openrlhf/stubs). In progress (issue 6): not yet part of `make test`.
+VENV_OPENRLHF ?= .venv-openrlhf
+$(VENV_OPENRLHF)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV_OPENRLHF)
+	$(VENV_OPENRLHF)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV_OPENRLHF)/bin/python -m pip install --quiet "$(TORCH_PIN)"
+	$(VENV_OPENRLHF)/bin/python -m pip install --quiet --no-deps openrlhf==0.11.2
+	$(VENV_OPENRLHF)/bin/python -m pip install --quiet ray==2.55.0 transformers==5.15.0 peft \
+	  pylatexenc numpy aiohttp torchdata pillow datasets
+	$(VENV_OPENRLHF)/bin/python -m pip install --quiet --no-build-isolation deepspeed==0.19.6
+	$(VENV_OPENRLHF)/bin/python -m pip install --quiet -e . pytest hypothesis
+	touch $@
+
+test-openrlhf: $(VENV_OPENRLHF)/.installed
+	$(VENV_OPENRLHF)/bin/python -m pytest -q -p no:cacheprovider tests/adapters/openrlhf advbudget/adapters/openrlhf
+
 demo: $(STAMP)
 	$(BIN)/advbudget explain --group-size 8 --plot demo/explain.png
 	$(BIN)/advbudget simulate --experiment compare --output-dir demo
@@ -68,4 +85,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/report.py
 
 clean:
-	rm -rf $(VENV) $(VENV_VERL) $(VENV_TRL) .pytest_cache .mypy_cache .ruff_cache demo
+	rm -rf $(VENV) $(VENV_VERL) $(VENV_TRL) $(VENV_OPENRLHF) .pytest_cache .mypy_cache .ruff_cache demo

@@ -1,0 +1,153 @@
+"""``python -m advbudget.adapters.openrlhf <openrlhf.cli.train_ppo_ray flags>``.
+
+Runs OpenRLHF's own ``openrlhf.cli.train_ppo_ray`` as ``__main__`` (its parser, its
+checks, its trainer) with three changes:
+
+- ``--algo.advantage.estimator`` also accepts our names (:data:`ESTIMATORS`);
+- own flags: ``--advbudget.budget B`` (reward_budget's total budget, default 1.0; read
+  inside the trainer as ``args.advbudget.budget``) and ``--advbudget.parse_only`` (parse and
+  run OpenRLHF's argument checks, print the estimator, stop before Ray starts);
+- Ray is initialised with our patch as ``worker_process_setup_hook`` (plus OpenRLHF's own
+  env_vars) so that the ``PPOTrainer`` actor computes our advantages. Under ``ray job
+  submit`` pass the hook in ``--runtime-env-json`` as well (NOT YET TRIED on a cluster).
+
+Our preconditions (checked before OpenRLHF's): our estimators need
+``--rollout.n_samples_per_prompt > 1`` and no critic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import runpy
+import sys
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from ._advantages import ESTIMATORS
+from ._patch import HOOK, install
+
+ESTIMATOR_FLAG = "--algo.advantage.estimator"
+
+
+class ParsedOnly(Exception):
+    """Raised to stop after parsing (``--advbudget.parse_only``); ``.parsed``: the args."""
+
+    def __init__(self, args: Any) -> None:
+        super().__init__("parse only")
+        self.parsed = args
+
+
+def validate(flat: argparse.Namespace) -> None:
+    """Our own preconditions on OpenRLHF's flat (dotted) namespace; raises ``SystemExit``."""
+    estimator = getattr(flat, "algo.advantage.estimator", None)
+    if estimator not in ESTIMATORS:
+        return
+    n = getattr(flat, "rollout.n_samples_per_prompt", 1)
+    if n is None or n < 2:
+        raise SystemExit(
+            f"advbudget: --algo.advantage.estimator {estimator} compares the samples of a "
+            f"prompt: it needs --rollout.n_samples_per_prompt > 1 (got {n})"
+        )
+    if getattr(flat, "critic.model_name_or_path", None):
+        raise SystemExit(
+            f"advbudget: --algo.advantage.estimator {estimator} uses no critic; drop "
+            "--critic.model_name_or_path"
+        )
+    budget = getattr(flat, "advbudget.budget", 1.0)
+    if not budget > 0:
+        raise SystemExit(f"advbudget: --advbudget.budget must be > 0, got {budget}")
+
+
+@contextlib.contextmanager
+def _patched_parser(parse_only: bool) -> Iterator[None]:
+    original_add = argparse.ArgumentParser.add_argument
+    original_parse = argparse.ArgumentParser.parse_args
+
+    def add_argument(self: argparse.ArgumentParser, *names: Any, **kwargs: Any) -> Any:
+        if ESTIMATOR_FLAG in names and kwargs.get("choices") is not None:
+            kwargs["choices"] = [*kwargs["choices"], *ESTIMATORS]
+        return original_add(self, *names, **kwargs)
+
+    def parse_args(self: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> Any:
+        if not any(ESTIMATOR_FLAG in a.option_strings for a in self._actions):
+            return original_parse(self, *args, **kwargs)
+        original_add(self, "--advbudget.budget", type=float, default=1.0)
+        original_add(self, "--advbudget.parse_only", action="store_true", default=False)
+        flat = original_parse(self, *args, **kwargs)
+        validate(flat)
+        return flat
+
+    argparse.ArgumentParser.add_argument = add_argument  # type: ignore[method-assign,assignment]
+    argparse.ArgumentParser.parse_args = parse_args  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        argparse.ArgumentParser.add_argument = original_add  # type: ignore[method-assign]
+        argparse.ArgumentParser.parse_args = original_parse  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def _stop_before_training() -> Iterator[None]:
+    """``train(args)`` starts with ``ray.is_initialized()`` then ``get_strategy(args)``."""
+    import openrlhf.utils  # type: ignore[import-not-found, unused-ignore]
+    import ray  # type: ignore[import-not-found, unused-ignore]
+
+    def stop(args: Any) -> Any:
+        raise ParsedOnly(args)
+
+    saved = ray.is_initialized, openrlhf.utils.get_strategy
+    ray.is_initialized = lambda: True
+    openrlhf.utils.get_strategy = stop
+    try:
+        yield
+    finally:
+        ray.is_initialized, openrlhf.utils.get_strategy = saved
+
+
+def _init_ray() -> None:
+    import ray  # type: ignore[import-not-found, unused-ignore]
+
+    if ray.is_initialized():
+        return
+    env_vars = {
+        "TOKENIZERS_PARALLELISM": os.environ.get("TOKENIZERS_PARALLELISM", "true"),
+        "NCCL_DEBUG": os.environ.get("NCCL_DEBUG", "WARN"),
+        "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": os.environ.get(
+            "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS", "1"
+        ),
+    }
+    ray.init(runtime_env={"env_vars": env_vars, "worker_process_setup_hook": HOOK})
+
+
+def main(argv: Sequence[str] | None = None) -> Any:
+    """Run (or with ``--advbudget.parse_only`` only parse) OpenRLHF's PPO trainer.
+
+    Returns the hierarchised args in parse-only mode, else None.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parse_only = "--advbudget.parse_only" in argv
+    saved_argv = sys.argv
+    sys.argv = ["openrlhf.cli.train_ppo_ray", *argv]
+    try:
+        with _patched_parser(parse_only):
+            if parse_only:
+                with _stop_before_training():
+                    try:
+                        runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__")
+                    except ParsedOnly as parsed:
+                        estimator = parsed.parsed.algo.advantage.estimator
+                        print(f"advbudget: flags parse; estimator {estimator}")
+                        return parsed.parsed
+                raise SystemExit("advbudget: OpenRLHF did not reach train(args)")
+            install()
+            _init_ray()
+            runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__")
+    finally:
+        sys.argv = saved_argv
+    return None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,128 @@
+"""Parity with OpenRLHF's own ``compute_advantages_and_returns`` on real ``Experience``
+objects: group_norm, dr_grpo and rloo vs our mirrors through the core, with KL terms,
+reward clipping and length penalties on."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+pytest.importorskip("openrlhf")
+
+import torch
+
+from advbudget import compute_advantages
+from advbudget.adapters.openrlhf._advantages import (
+    compute_advantages_and_returns,
+)
+
+from .conftest import (
+    OPENRLHF_WARNINGS,
+    make_args,
+    make_experiences,
+    make_maker,
+)
+
+pytestmark = OPENRLHF_WARNINGS
+
+OURS = {
+    "group_norm": "advbudget_group_norm",
+    "dr_grpo": "advbudget_dr_grpo",
+    "rloo": "advbudget_rloo",
+}
+
+SETTINGS = {
+    "plain": {},
+    "kl": {"kl_coef": 0.05},
+    "kl+overlong": {"kl_coef": 0.05, "overlong_buffer_len": 4.0, "overlong_penalty_factor": 1.0},
+    "kl+stop_properly": {"kl_coef": 0.05, "stop_properly_penalty_coef": 0.5},
+    "clip": {"kl_coef": 0.05, "clip_range": (-0.75, 0.75)},
+}
+
+
+def run_both(estimator: str, n: int, setting: dict, seed: int = 0):  # type: ignore[no-untyped-def]
+    setting = dict(setting)
+    kl_coef = setting.pop("kl_coef", 0.0)
+    experiences = make_experiences(6, n, seed=seed)
+    theirs_exp = copy.deepcopy(experiences)
+    ours_exp = copy.deepcopy(experiences)
+    theirs_maker = make_maker(make_args(estimator, n, **setting), kl_coef)
+    theirs = theirs_maker.compute_advantages_and_returns(theirs_exp)
+    ours_maker = make_maker(make_args(OURS[estimator], n, **setting), kl_coef)
+    ours = compute_advantages_and_returns(ours_maker, ours_exp)
+    return theirs, ours
+
+
+@pytest.mark.parametrize("estimator", sorted(OURS))
+@pytest.mark.parametrize("setting", sorted(SETTINGS))
+@pytest.mark.parametrize("n", [2, 8])
+def test_same_advantages_and_returns(estimator: str, setting: str, n: int) -> None:
+    theirs, ours = run_both(estimator, n, SETTINGS[setting])
+    assert len(theirs) == len(ours)
+    for a, b in zip(theirs, ours, strict=True):
+        torch.testing.assert_close(b.advantages, a.advantages, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(b.returns, a.returns, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(b.rewards, a.rewards)  # length penalties applied alike
+        torch.testing.assert_close(b.info["return"], a.info["return"], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(b.info["group_reward_std"], a.info["group_reward_std"])
+        assert a.kl is None
+        assert b.kl is None
+
+
+def test_group_norm_matches_core_with_openrlhf_conventions() -> None:
+    """OpenRLHF's group_norm shaping, ``(r - mean) / (std + 1e-9)`` with the unbiased std on
+    ``reshape(-1, n)``, equals the core's grpo with eps=1e-9, std_correction=1 and exact
+    ties, on exactly representable rewards (constant groups included)."""
+    g = torch.Generator().manual_seed(1)
+    n = 8
+    rewards = torch.tensor([-1.0, 0.0, 0.5, 1.0])[torch.randint(4, (40 * n,), generator=g)]
+    rewards[:n] = 1.0
+    rewards[n : 2 * n] = 0.5
+    grouped = rewards.reshape(-1, n)
+    theirs = (
+        (grouped - grouped.mean(-1, keepdim=True)) / (grouped.std(-1, keepdim=True) + 1e-9)
+    ).reshape(-1)
+    ours = compute_advantages(
+        rewards, "group_norm", group_size=n, eps=1e-9, std_correction=1, tie_rtol=0, tie_atol=0
+    ).advantages
+    torch.testing.assert_close(ours, theirs, rtol=1e-6, atol=1e-6)
+    assert torch.all(ours[: 2 * n] == 0)
+
+
+def test_group_norm_divergence_on_inexact_ties_is_openrlhf_rounding() -> None:
+    """Documented difference: a constant group whose mean is not exactly representable
+    (e.g. eight rewards 0.1 after a fractional penalty) has ``r - mean`` of float32 rounding
+    size and std of the same size, so OpenRLHF's ``/ (std + 1e-9)`` blows rounding noise up;
+    the core sees the exact tie and gives 0."""
+    rewards = torch.full((8,), 0.1)
+    grouped = rewards.reshape(-1, 8)
+    theirs = (grouped - grouped.mean(-1, keepdim=True)) / (grouped.std(-1, keepdim=True) + 1e-9)
+    ours = compute_advantages(
+        rewards, "group_norm", group_size=8, eps=1e-9, tie_rtol=0, tie_atol=0
+    ).advantages
+    assert torch.all(ours == 0)
+    # OpenRLHF 0.11.2 on CPU, float32: every sample of the group gets about -0.83, one sign
+    # for the whole group (r - mean = -7.45e-9 for all eight, std = 7.96e-9).
+    assert torch.all(theirs < -0.5)
+
+
+@pytest.mark.parametrize("name", ["reward_budget", "advbudget_group_norm"])
+def test_per_sample_metrics(name: str) -> None:
+    """Constant groups (the first one here) are skipped; metrics are 1-D, one per sample."""
+    n = 8
+    experiences = make_experiences(6, n, constant_groups=2)
+    out = compute_advantages_and_returns(make_maker(make_args(name, n), 0.05), experiences)
+    skipped = torch.empty(6 * n)
+    gap = torch.empty(6 * n)
+    for e in out:
+        assert e.info["advbudget_skipped"].shape == (len(e.index),)
+        skipped[e.index] = e.info["advbudget_skipped"]
+        gap[e.index] = e.info["advbudget_advantage_gap"]
+    grouped_rewards = torch.empty(6 * n)
+    for e in out:
+        grouped_rewards[e.index] = e.rewards
+    constant = grouped_rewards.reshape(-1, n).amax(-1) == grouped_rewards.reshape(-1, n).amin(-1)
+    assert torch.equal(skipped.reshape(-1, n).amax(-1) == 1, constant)
+    assert torch.all(gap.reshape(-1, n)[constant] == 0)
+    assert torch.all(gap.reshape(-1, n)[~constant] > 0)
