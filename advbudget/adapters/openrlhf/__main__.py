@@ -5,11 +5,14 @@ checks, its trainer) with three changes:
 
 - ``--algo.advantage.estimator`` also accepts our names (:data:`ESTIMATORS`);
 - own flags: ``--advbudget.budget B`` (reward_budget's total budget, default 1.0; read
-  inside the trainer as ``args.advbudget.budget``) and ``--advbudget.parse_only`` (parse and
-  run OpenRLHF's argument checks, print the estimator, stop before Ray starts);
+  inside the trainer as ``args.advbudget.budget``), ``--advbudget.kappa_every K`` (log κ_eff
+  every K steps, one extra actor forward over 2 samples per group; 0 turns it off; default
+  10) and ``--advbudget.parse_only`` (parse and run OpenRLHF's argument checks, print the
+  estimator, stop before Ray starts);
 - Ray is initialised with our patch as ``worker_process_setup_hook`` (plus OpenRLHF's own
   env_vars) so that the ``PPOTrainer`` actor computes our advantages. Under ``ray job
-  submit`` pass the hook in ``--runtime-env-json`` as well (NOT YET TRIED on a cluster).
+  submit`` the job's ``--runtime-env-json`` may carry the hook too (needed when the job runs
+  anything else first); fields the job sets are not set again (Ray refuses duplicates).
 
 Our preconditions (checked before OpenRLHF's): our estimators need
 ``--rollout.n_samples_per_prompt > 1`` and no critic.
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import runpy
 import sys
@@ -29,6 +33,7 @@ from ._advantages import ESTIMATORS
 from ._patch import HOOK, install
 
 ESTIMATOR_FLAG = "--algo.advantage.estimator"
+DEFAULT_KAPPA_EVERY = 10
 
 
 class ParsedOnly(Exception):
@@ -58,6 +63,9 @@ def validate(flat: argparse.Namespace) -> None:
     budget = getattr(flat, "advbudget.budget", 1.0)
     if not budget > 0:
         raise SystemExit(f"advbudget: --advbudget.budget must be > 0, got {budget}")
+    every = getattr(flat, "advbudget.kappa_every", DEFAULT_KAPPA_EVERY)
+    if every < 0:
+        raise SystemExit(f"advbudget: --advbudget.kappa_every must be >= 0, got {every}")
 
 
 @contextlib.contextmanager
@@ -74,6 +82,7 @@ def _patched_parser(parse_only: bool) -> Iterator[None]:
         if not any(ESTIMATOR_FLAG in a.option_strings for a in self._actions):
             return original_parse(self, *args, **kwargs)
         original_add(self, "--advbudget.budget", type=float, default=1.0)
+        original_add(self, "--advbudget.kappa_every", type=int, default=DEFAULT_KAPPA_EVERY)
         original_add(self, "--advbudget.parse_only", action="store_true", default=False)
         flat = original_parse(self, *args, **kwargs)
         validate(flat)
@@ -91,8 +100,8 @@ def _patched_parser(parse_only: bool) -> Iterator[None]:
 @contextlib.contextmanager
 def _stop_before_training() -> Iterator[None]:
     """``train(args)`` starts with ``ray.is_initialized()`` then ``get_strategy(args)``."""
-    import openrlhf.utils  # type: ignore[import-not-found, unused-ignore]
-    import ray  # type: ignore[import-not-found, unused-ignore]
+    import openrlhf.utils
+    import ray
 
     def stop(args: Any) -> Any:
         raise ParsedOnly(args)
@@ -106,11 +115,16 @@ def _stop_before_training() -> Iterator[None]:
         ray.is_initialized, openrlhf.utils.get_strategy = saved
 
 
-def _init_ray() -> None:
-    import ray  # type: ignore[import-not-found, unused-ignore]
+def runtime_env(job_runtime_env: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What our ``ray.init`` adds to the runtime env: the hook and OpenRLHF's env_vars.
 
-    if ray.is_initialized():
-        return
+    Inside ``ray job submit`` the job's runtime env (``job_runtime_env``, read from
+    ``RAY_JOB_CONFIG_JSON_ENV_VAR`` when None) is merged by Ray with ours, and Ray refuses
+    a field or env var set in both: so whatever the job already sets is left out here.
+    """
+    if job_runtime_env is None:
+        job_config = json.loads(os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR") or "{}")
+        job_runtime_env = job_config.get("runtime_env") or {}
     env_vars = {
         "TOKENIZERS_PARALLELISM": os.environ.get("TOKENIZERS_PARALLELISM", "true"),
         "NCCL_DEBUG": os.environ.get("NCCL_DEBUG", "WARN"),
@@ -118,7 +132,25 @@ def _init_ray() -> None:
             "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS", "1"
         ),
     }
-    ray.init(runtime_env={"env_vars": env_vars, "worker_process_setup_hook": HOOK})
+    taken = job_runtime_env.get("env_vars") or {}
+    ours: dict[str, Any] = {"env_vars": {k: v for k, v in env_vars.items() if k not in taken}}
+    hook = job_runtime_env.get("worker_process_setup_hook")
+    if hook is None:
+        ours["worker_process_setup_hook"] = HOOK
+    elif hook != HOOK:
+        raise SystemExit(
+            f"advbudget: the job's runtime env sets worker_process_setup_hook={hook!r}; the "
+            f"advbudget estimators need {HOOK!r} there (Ray runs one hook)"
+        )
+    return {key: value for key, value in ours.items() if value}
+
+
+def init_ray() -> None:
+    """Start or join Ray with our patch in every worker (a no-op when Ray is up)."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(runtime_env=runtime_env() or None)
 
 
 def main(argv: Sequence[str] | None = None) -> Any:
@@ -142,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> Any:
                         return parsed.parsed
                 raise SystemExit("advbudget: OpenRLHF did not reach train(args)")
             install()
-            _init_ray()
+            init_ray()
             runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__")
     finally:
         sys.argv = saved_argv

@@ -2,31 +2,31 @@
 
 A drop-in for ``RemoteExperienceMaker.compute_advantages_and_returns(self, experiences)``
 (openrlhf 0.11.2, ``openrlhf/trainer/ppo_utils/experience_maker.py`` lines 238-341) for the
-estimators in :data:`ESTIMATORS`. It keeps every OpenRLHF step and changes only two:
+estimators in :data:`ESTIMATORS`. OpenRLHF's steps, in its order:
 
-1. length penalties (``apply_length_penalties``: DAPO overlong, ProRL stop-properly), in place
-   on ``experience.rewards`` promoted to at least float32 - OpenRLHF's own function;
+1. rewards promoted to at least float32; length penalties (DAPO overlong, ProRL
+   stop-properly) by OpenRLHF's own ``apply_length_penalties``, when configured;
 2. regrouping by ``experience.index`` into ``[num_prompts, n_samples_per_prompt]`` (each
-   prompt's samples contiguous in the original order) and ``info["group_reward_std"]``;
+   prompt's samples contiguous), ``info["group_reward_std"]`` (unbiased, as OpenRLHF);
 3. CHANGED: the group shaping is :func:`advbudget.compute_advantages` (OpenRLHF's is an
-   ``if/elif`` on the estimator name, lines 270-281);
-4. ``compute_reward`` (clip to ``--reward.clip_range``, scalar on the last action token,
-   minus ``kl_coef * kl``) - OpenRLHF's own function, called ONCE on all experiences
-   concatenated (right-padded to the widest action mask), not once per experience;
-5. CHANGED: the returns are :func:`cumulative_returns` (a reversed cumsum) instead of the
-   Python loop ``get_cumulative_returns``; advantages = returns, gamma forced to 1;
+   ``if/elif`` on the estimator name);
+4. OpenRLHF's ``compute_reward`` (clip to ``--reward.clip_range``, the scalar on the last
+   action token, minus ``kl_coef * kl``), called once on all experiences stacked (right-padded
+   to the widest action mask) instead of once per experience;
+5. CHANGED: returns by :func:`cumulative_returns` (one reversed cumsum) instead of the loop
+   over the response length; advantages = returns; gamma forced to 1 (with OpenRLHF's warning);
 6. ``info["return"]``, ``experience.kl = None``; no batch whitening (OpenRLHF whitens only
-   gae/reinforce/reinforce_baseline);
-7. ADDED: per-sample ``info["advbudget_skipped"]`` (1.0 where the sample's group got no
-   update) and ``info["advbudget_advantage_gap"]`` (its group's max minus min advantage),
-   logged by OpenRLHF as ``train/advbudget_*`` (means over samples).
+   gae/reinforce/reinforce_baseline).
 
-Still to do (see STATUS.md): the patch that routes our estimator names here, the
-kappa_eff metric.
+ADDED: per-sample ``info["advbudget_skipped"]`` (1.0 where the sample's group got no update)
+and ``info["advbudget_advantage_gap"]`` (its group's max minus min advantage), which OpenRLHF
+logs as sample means; and, when ``--advbudget.kappa_every`` is set, each group's o+ / o- kept
+on the maker for the κ_eff pass after the update (:mod:`._kappa`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 from typing import Any
@@ -73,14 +73,13 @@ def compute_advantages_and_returns(
     """OpenRLHF's step, for our estimators (``estimator`` defaults to the configured one).
 
     ``maker`` is the ``RemoteExperienceMaker`` (``maker.strategy.args``, ``maker.kl_ctl``).
+    The tensors written to the experiences are views of batch tensors only when Ray ships a
+    view's own elements (its zero-copy tensor serialisation, on in OpenRLHF's runtime env);
+    otherwise each owns its storage.
     """
     import torch
-
-    # pyproject's mypy overrides do not list openrlhf yet (see STATUS.md).
-    from openrlhf.models.utils import (  # type: ignore[import-not-found, unused-ignore]
-        compute_reward,
-    )
-    from openrlhf.trainer.ppo_utils.length_penalty import (  # type: ignore[import-not-found, unused-ignore]
+    from openrlhf.models.utils import compute_reward
+    from openrlhf.trainer.ppo_utils.length_penalty import (
         apply_length_penalties,
     )
 
@@ -90,76 +89,165 @@ def compute_advantages_and_returns(
     n = int(args.rollout.n_samples_per_prompt)
     if n < 2:
         raise ValueError(f"{name} requires --rollout.n_samples_per_prompt > 1, got {n}")
+    if not experiences:
+        raise ValueError("experiences: expected at least one Experience, got an empty list")
 
     for experience in experiences:
-        experience.rewards = experience.rewards.to(
-            torch.promote_types(experience.rewards.dtype, torch.float32)
-        )
-    apply_length_penalties(experiences, args)
+        dtype = torch.promote_types(experience.rewards.dtype, torch.float32)
+        if experience.rewards.dtype != dtype:
+            experience.rewards = experience.rewards.to(dtype)
+    if _length_penalty_configured(args):
+        apply_length_penalties(experiences, args)
 
-    exp_len = [len(experience.index) for experience in experiences]
-    indices = torch.tensor(list(itertools.chain.from_iterable(e.index for e in experiences)))
-    raw_rewards = torch.cat([experience.rewards for experience in experiences], dim=0)
-    rewards = torch.empty_like(raw_rewards)
-    rewards[indices] = raw_rewards  # the original prompt order: groups contiguous
-    if rewards.numel() % n:
+    sizes = [len(experience.index) for experience in experiences]
+    # order[k]: the prompt-major position of the k-th sample in experience order.
+    order = torch.tensor(list(itertools.chain.from_iterable(e.index for e in experiences)))
+    raw_rewards = torch.cat([experience.rewards for experience in experiences])
+    if raw_rewards.numel() % n:
         raise ValueError(
-            f"{rewards.numel()} samples are not a whole number of groups of "
+            f"experiences: {raw_rewards.numel()} samples are not a whole number of groups of "
             f"n_samples_per_prompt={n}"
         )
-
-    stds = rewards.reshape(-1, n).std(-1, keepdim=True).expand(-1, n).reshape(-1)
-    for experience, std in zip(experiences, torch.split(stds[indices], exp_len), strict=True):
-        experience.info["group_reward_std"] = std
+    rewards = torch.empty_like(raw_rewards)
+    rewards[order] = raw_rewards  # prompt-major: each group's samples contiguous
 
     result = compute_advantages(rewards, core, group_size=n, **options)
-    # Per-sample metrics (OpenRLHF averages 1-D tensors of length B in ``info`` into its logs).
-    group_index = result.group_index
-    metrics = {
-        "advbudget_skipped": result.group_skipped[group_index].to(rewards.dtype),
-        "advbudget_advantage_gap": result.group_advantage_gap[group_index].to(rewards.dtype),
-    }
-    for key, values in metrics.items():
-        for experience, part in zip(
-            experiences, torch.split(values[indices], exp_len), strict=True
-        ):
-            experience.info[key] = part
-
-    shaped = result.advantages.to(rewards.dtype)[indices]  # experience order, concatenated
+    shaped = result.advantages.to(rewards.dtype)[order]  # back to experience order
 
     if args.algo.advantage.gamma != 1.0:
         _logger.warning("gamma is set to 1.0 for %s", name)
         args.algo.advantage.gamma = 1.0
 
-    # One compute_reward and one cumsum for the whole batch (the per-experience Python work
-    # dominated at short lengths): right-pad every experience to the widest, then split.
-    widths = [int(e.action_mask.shape[1]) for e in experiences]
-    width = max(widths)
-
-    def padded(tensor: Any) -> Any:
-        return torch.nn.functional.pad(tensor, (0, width - tensor.shape[1]))
-
-    mask = torch.cat([padded(e.action_mask) for e in experiences], dim=0)
-    kl = torch.cat([padded(e.kl) for e in experiences], dim=0)
+    # One compute_reward and one reversed cumsum over every experience at once (per
+    # experience, the Python work dominates): rows right-padded to the widest action mask.
+    widths = [int(experience.action_mask.shape[1]) for experience in experiences]
+    layout = _Layout(sizes, widths)
+    mask = layout.stack([e.action_mask for e in experiences])
+    kl = layout.stack([e.kl for e in experiences])
     reward = compute_reward(
-        shaped,
-        maker.kl_ctl.value,
-        kl,
-        action_mask=mask,
-        reward_clip_range=args.reward.clip_range,
+        shaped, maker.kl_ctl.value, kl, action_mask=mask, reward_clip_range=args.reward.clip_range
     )
     returns = cumulative_returns(reward, mask)
-    totals = reward.sum(dim=-1)
+
+    # Per-sample info, logged by OpenRLHF as the mean over samples.
+    group_index = result.group_index
+    info = {
+        "group_reward_std": rewards.reshape(-1, n).std(-1).repeat_interleave(n)[order],
+        "return": reward.sum(-1),
+        "advbudget_skipped": result.group_skipped[group_index].to(rewards.dtype)[order],
+        "advbudget_advantage_gap": result.group_advantage_gap[group_index].to(rewards.dtype)[order],
+    }
+
+    # Each experience gets views of batch tensors when Ray ships a view's own elements,
+    # else copies: a view pickled by default carries its whole storage through Ray.
+    copy = not _ray_ships_views_compactly()
+    returns_flat = layout.flatten(returns)
     parts = zip(
         experiences,
-        widths,
-        torch.split(returns, exp_len),
-        torch.split(totals, exp_len),
+        layout.blocks(returns_flat),
+        layout.blocks(returns_flat.clone()),
+        *(values.split(sizes) for values in info.values()),
         strict=True,
     )
-    for experience, w, rows, total in parts:
-        experience.returns = rows[:, :w].contiguous()
-        experience.advantages = experience.returns.clone()
-        experience.info["return"] = total
+    for experience, returns_block, advantages_block, *info_values in parts:
+        if copy:
+            returns_block, advantages_block = returns_block.clone(), advantages_block.clone()
+            info_values = [values.clone() for values in info_values]
+        experience.returns = returns_block
+        experience.advantages = advantages_block
+        experience.info.update(zip(info, info_values, strict=True))
         experience.kl = None
+    _remember_for_kappa(maker, experiences, result, order)
     return experiences
+
+
+def _ray_ships_views_compactly() -> bool:
+    """Whether Ray serialises a tensor view as its own elements: with its zero-copy tensor
+    serialisation (``RAY_ENABLE_ZERO_COPY_TORCH_TENSORS=1``, set by OpenRLHF's ``train`` and
+    by our entry point). Ray's default pickling sends a view's whole storage."""
+    try:
+        from ray._private import ray_constants
+    except ImportError:
+        return False
+    return bool(getattr(ray_constants, "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS", False))
+
+
+def _length_penalty_configured(args: Any) -> bool:
+    """Whether OpenRLHF's ``apply_length_penalties`` would change anything."""
+    reward = args.reward
+    return (
+        getattr(reward, "overlong_buffer_len", None) is not None
+        or getattr(reward, "stop_properly_penalty_coef", None) is not None
+    )
+
+
+class _Layout:
+    """Experiences of ``[B_i, W_i]`` tensors as one ``[sum B_i, max W_i]`` batch (rows
+    right-padded with zeros) and back, with a few whole-batch operations instead of a few
+    per experience: ``keep`` marks the real columns of each row, and the kept elements in
+    row-major order are the experiences' blocks one after the other."""
+
+    def __init__(self, sizes: list[int], widths: list[int]) -> None:
+        import torch
+
+        self.sizes = sizes
+        self.widths = widths
+        self.block_sizes = [size * width for size, width in zip(sizes, widths, strict=True)]
+        row_widths = torch.tensor(widths).repeat_interleave(torch.tensor(sizes))
+        self.keep = torch.arange(max(widths)) < row_widths[:, None]
+
+    def stack(self, tensors: list[Any]) -> Any:
+        """The batch ``[sum B_i, max W_i]`` of the experiences' ``[B_i, W_i]`` tensors."""
+        import torch
+
+        out = tensors[0].new_zeros(self.keep.shape)
+        out[self.keep] = torch.cat([tensor.reshape(-1) for tensor in tensors])
+        return out
+
+    def flatten(self, batch: Any) -> Any:
+        """The real elements of a batch: every experience's block, row-major, in order."""
+        return batch[self.keep]
+
+    def blocks(self, flat: Any) -> list[Any]:
+        """Views ``[B_i, W_i]`` of a :meth:`flatten` result, one per experience."""
+        return [
+            block.view(size, width)
+            for block, size, width in zip(
+                flat.split(self.block_sizes), self.sizes, self.widths, strict=True
+            )
+        ]
+
+
+def kappa_every(args: Any) -> int:
+    """``--advbudget.kappa_every`` (0, the default without our entry point: never)."""
+    return int(getattr(getattr(args, "advbudget", None), "kappa_every", 0) or 0)
+
+
+def _remember_for_kappa(maker: Any, experiences: list[Any], result: Any, order: Any) -> None:
+    """Keep each group's o+ and o- (first largest and smallest advantage, groups with a gap
+    only) for the κ_eff pass after the update; nothing is kept when κ_eff is off."""
+    import torch
+
+    if not kappa_every(maker.strategy.args):
+        return
+    n = int(maker.strategy.args.rollout.n_samples_per_prompt)
+    grouped = result.advantages.reshape(-1, n)
+    with_gap = result.group_advantage_gap > 0
+    base = torch.arange(grouped.shape[0]) * n
+    position = torch.empty_like(order)  # prompt-major position -> experience order
+    position[order] = torch.arange(len(order))
+    maker._advbudget_kappa_pairs = KappaPairs(
+        experiences=experiences,
+        top=position[(base + grouped.argmax(-1))[with_gap]],
+        bottom=position[(base + grouped.argmin(-1))[with_gap]],
+    )
+
+
+@dataclasses.dataclass
+class KappaPairs:
+    """One step's κ_eff pairs: ``top``/``bottom`` are positions in the concatenated
+    experiences (experience order), one pair per group with an advantage gap."""
+
+    experiences: list[Any]
+    top: Any
+    bottom: Any

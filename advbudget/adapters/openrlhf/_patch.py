@@ -1,42 +1,52 @@
-"""The patch of OpenRLHF's ``RemoteExperienceMaker.compute_advantages_and_returns``.
+"""The patch of OpenRLHF's trainer: our estimators and the κ_eff pass.
 
-:func:`install` wraps the method (openrlhf 0.11.2, ``experience_maker.py`` line 238): for
-our estimator names (:data:`~advbudget.adapters.openrlhf.ESTIMATORS`) it runs
-:func:`~advbudget.adapters.openrlhf.compute_advantages_and_returns`; for every other name
-OpenRLHF's own method, unchanged. The method runs inside the ``PPOTrainer`` Ray actor, so
-the patch must be installed there: pass ``HOOK`` as Ray's ``worker_process_setup_hook``::
+:func:`install` wraps two methods (openrlhf 0.11.2):
+
+- ``RemoteExperienceMaker.compute_advantages_and_returns`` (``experience_maker.py``): for our
+  estimator names (:data:`~advbudget.adapters.openrlhf.ESTIMATORS`) it runs
+  :func:`~advbudget.adapters.openrlhf.compute_advantages_and_returns`, for every other name
+  OpenRLHF's own method, unchanged;
+- ``BasePPOTrainer.ppo_train`` (``ppo_trainer.py``; the sync ``PPOTrainer`` and the async
+  ``TrainingActor`` both inherit it): after the update, every ``--advbudget.kappa_every``
+  steps, adds ``advbudget/kappa_eff_*`` to the status OpenRLHF logs.
+
+Both run inside a Ray actor (``PPOTrainer``), not the driver, so the patch must be installed
+there: pass :data:`HOOK` as Ray's ``worker_process_setup_hook``::
 
     ray.init(runtime_env={"worker_process_setup_hook": HOOK})
     # or: ray job submit --runtime-env-json '{"worker_process_setup_hook":
-    #      "advbudget.adapters.openrlhf.install"}' -- python3 -m openrlhf.cli.train_ppo_ray ...
+    #      "advbudget.adapters.openrlhf.install"}' -- python3 -m advbudget.adapters.openrlhf ...
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 from ._advantages import ESTIMATORS, compute_advantages_and_returns
+from ._kappa import after_update
 
 HOOK = "advbudget.adapters.openrlhf.install"
 _MARK = "_advbudget_original"
 
 
-def _maker_class() -> Any:
-    from openrlhf.trainer.ppo_utils import (  # type: ignore[import-not-found, unused-ignore]
-        experience_maker,
-    )
+def _targets() -> list[tuple[Any, str, Callable[[Any], Any]]]:
+    """(class, method name, wrapper factory) of every method we patch."""
+    from openrlhf.trainer import ppo_trainer
+    from openrlhf.trainer.ppo_utils import experience_maker
 
-    return experience_maker.RemoteExperienceMaker
+    return [
+        (
+            experience_maker.RemoteExperienceMaker,
+            "compute_advantages_and_returns",
+            _wrap_compute_advantages_and_returns,
+        ),
+        (ppo_trainer.BasePPOTrainer, "ppo_train", _wrap_ppo_train),
+    ]
 
 
-def install() -> None:
-    """Patch ``RemoteExperienceMaker`` in this process (idempotent)."""
-    cls = _maker_class()
-    original = cls.compute_advantages_and_returns
-    if hasattr(original, _MARK):
-        return
-
+def _wrap_compute_advantages_and_returns(original: Any) -> Any:
     @functools.wraps(original)
     def compute_advantages_and_returns_patched(self: Any, experiences: list[Any]) -> Any:
         if self.strategy.args.algo.advantage.estimator in ESTIMATORS:
@@ -46,18 +56,39 @@ def install() -> None:
                 return compute_advantages_and_returns(self, experiences)
         return original(self, experiences)
 
-    setattr(compute_advantages_and_returns_patched, _MARK, original)
-    cls.compute_advantages_and_returns = compute_advantages_and_returns_patched
+    return compute_advantages_and_returns_patched
+
+
+def _wrap_ppo_train(original: Any) -> Any:
+    @functools.wraps(original)
+    def ppo_train_patched(self: Any, global_steps: int) -> Any:
+        status = original(self, global_steps)
+        if self.args.algo.advantage.estimator in ESTIMATORS:
+            status.update(after_update(self, global_steps))
+        return status
+
+    return ppo_train_patched
+
+
+def install() -> None:
+    """Patch OpenRLHF's trainer in this process (idempotent)."""
+    for cls, name, wrap in _targets():
+        original = getattr(cls, name)
+        if hasattr(original, _MARK):
+            continue
+        patched = wrap(original)
+        setattr(patched, _MARK, original)
+        setattr(cls, name, patched)
 
 
 def uninstall() -> None:
-    """Restore OpenRLHF's own method (a no-op when not installed)."""
-    cls = _maker_class()
-    original = getattr(cls.compute_advantages_and_returns, _MARK, None)
-    if original is not None:
-        cls.compute_advantages_and_returns = original
+    """Restore OpenRLHF's own methods (a no-op when not installed)."""
+    for cls, name, _ in _targets():
+        original = getattr(getattr(cls, name), _MARK, None)
+        if original is not None:
+            setattr(cls, name, original)
 
 
 def is_installed() -> bool:
     """Whether the patch is active in this process."""
-    return hasattr(_maker_class().compute_advantages_and_returns, _MARK)
+    return all(hasattr(getattr(cls, name), _MARK) for cls, name, _ in _targets())

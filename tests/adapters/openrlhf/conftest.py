@@ -111,8 +111,9 @@ def make_experiences(
     """Real ``Experience`` objects as OpenRLHF's experience maker leaves them before
     ``compute_advantages_and_returns``: samples shuffled across micro-batches
     (``index`` = position in the prompt-major order), left-aligned action masks of random
-    lengths, KL terms, truncation flags. Rewards come from ``rewards`` (dyadic by default,
-    so group means are exact); the first ``constant_groups`` groups have one reward."""
+    lengths, each micro-batch as wide as its longest response, KL terms, truncation flags.
+    Rewards come from ``rewards`` (dyadic by default, so group means are exact); the first
+    ``constant_groups`` groups have one reward."""
     import torch
 
     module = import_openrlhf()
@@ -130,11 +131,12 @@ def make_experiences(
     experiences = []
     for start in range(0, total, micro_batch):
         rows = order[start : start + micro_batch]
+        width = int(lengths[rows].max())  # OpenRLHF pads a micro-batch to its longest
         experiences.append(
             Experience(
                 rewards=choice[rows].clone(),
-                action_mask=mask[rows].clone(),
-                kl=kl[rows].clone(),
+                action_mask=mask[rows, :width].clone(),
+                kl=kl[rows, :width].clone(),
                 response_length=lengths[rows].clone().float(),
                 truncated=(lengths[rows] == length).clone(),
                 index=rows.tolist(),

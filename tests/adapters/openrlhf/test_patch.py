@@ -73,6 +73,7 @@ def test_hook_reaches_a_ray_actor(hook: bool) -> None:
     if ray.is_initialized():
         pytest.skip("Ray already initialised in this process")
     ray.init(
+        address="local",  # a fresh instance, never a cluster left running
         num_cpus=1,
         include_dashboard=False,
         log_to_driver=False,

@@ -1,0 +1,109 @@
+"""κ_eff in OpenRLHF: one extra actor forward over each group's o+ and o- after the update.
+
+OpenRLHF keeps two log-probs per sample: ``action_log_probs`` (the actor's, recomputed
+before the update: π_old) and ``rollout_log_probs`` (vLLM's, the same policy up to engine
+numerics, or an older one in async training). Nothing is computed after the update, so
+π_new needs a forward pass. Every ``--advbudget.kappa_every`` steps, after ``ppo_train``
+and before the weights go to vLLM, the trainer sends the rows of each group's o+ and o-
+(2 of every ``n_samples_per_prompt`` samples, groups with an advantage gap only) through
+the actor group's own ``forward`` (the method OpenRLHF's experience maker uses for
+``action_log_probs``) and logs ``advbudget/kappa_eff_{mean,median,std,min,max,count}``
+with OpenRLHF's training status.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from advbudget.metrics import kappa_eff, summarize
+
+from ._advantages import KappaPairs
+
+_logger = logging.getLogger("advbudget.adapters.openrlhf")
+
+# forward(sequences, action_mask, attention_mask), lists of [b, T] tensors -> list of
+# [b, W] action log-probs: the actor group's forward in training, a local model in tests.
+Forward = Callable[[list[Any], list[Any], list[Any]], list[Any]]
+
+
+def kappa_eff_status(pairs: KappaPairs, forward: Forward) -> dict[str, float]:
+    """``advbudget/kappa_eff_*`` for one step's pairs, π_new from ``forward``."""
+    import torch
+
+    if len(pairs.top) == 0:
+        return {"advbudget/kappa_eff_count": 0.0}
+    sizes = torch.tensor([len(e.index) for e in pairs.experiences])
+    starts = torch.cumsum(sizes, 0) - sizes
+    wanted = torch.stack([pairs.top, pairs.bottom], dim=1).reshape(-1)  # o+, o-, o+, o-, ...
+    source = torch.searchsorted(starts, wanted, right=True) - 1  # the experience of each row
+
+    sequences, action_masks, attention_masks, old, picked = [], [], [], [], []
+    for j in source.unique().tolist():
+        rows = (wanted[source == j] - starts[j]).unique()
+        experience = pairs.experiences[j]
+        sequences.append(experience.sequences[rows])
+        action_masks.append(experience.action_mask[rows])
+        attention_masks.append(experience.attention_mask[rows])
+        old.append(_sequence_logprobs(experience.action_log_probs[rows], action_masks[-1]))
+        picked.append(rows + starts[j])
+    new = [
+        _sequence_logprobs(logp, mask)
+        for logp, mask in zip(
+            forward(sequences, action_masks, attention_masks), action_masks, strict=True
+        )
+    ]
+    # Back to pair order: row k of the concatenation is position picked[k].
+    slot = torch.searchsorted(torch.cat(picked), wanted)
+    old_pairs, new_pairs = torch.cat(old)[slot], torch.cat(new)[slot]
+    advantages = torch.tensor([1.0, -1.0]).repeat(len(pairs.top))  # o+ ranks above o-
+    values = kappa_eff(old_pairs.double(), new_pairs.double(), advantages.double(), group_size=2)
+    return {f"advbudget/kappa_eff_{k}": v for k, v in summarize(values).items()}
+
+
+def _sequence_logprobs(token_logprobs: Any, action_mask: Any) -> Any:
+    return (token_logprobs.float() * action_mask).sum(-1)
+
+
+def actor_forward(trainer: Any) -> Forward:
+    """The actor group's ``forward``, dispatched as OpenRLHF's experience maker does."""
+    import ray
+
+    args = trainer.args
+    maker = trainer.experience_maker
+    group = trainer.actor_model_group
+    duplicate_factor = args.ds.ring_attn_size * args.ds.tensor_parallel_size
+
+    def forward(sequences: list[Any], action_mask: list[Any], attention_mask: list[Any]) -> Any:
+        if args.ds.enable_sleep:  # the actor was offloaded after fit
+            ray.get(group.async_run_method(method_name="reload_states"))
+        refs = maker._dispatch_forward(
+            group,
+            args.train.colocate_all or args.train.colocate_actor_ref,
+            sequences=sequences,
+            action_mask=action_mask,
+            attention_mask=attention_mask,
+        )
+        logprobs = maker._flatten_results(refs, duplicate_factor)
+        if args.ds.enable_sleep:
+            ray.get(group.async_run_method(method_name="offload_states"))
+        return logprobs
+
+    return forward
+
+
+def after_update(trainer: Any, global_steps: int) -> dict[str, float]:
+    """The κ_eff status for this step when due (``global_steps % kappa_every == 0``)."""
+    from ._advantages import kappa_every
+
+    pairs = getattr(trainer.experience_maker, "_advbudget_kappa_pairs", None)
+    trainer.experience_maker._advbudget_kappa_pairs = None  # never hold a step's batch longer
+    every = kappa_every(trainer.args)
+    if pairs is None or not every or global_steps % every:
+        return {}
+    try:
+        return kappa_eff_status(pairs, actor_forward(trainer))
+    except ValueError as error:  # e.g. fewer rows than actor ranks
+        _logger.warning("advbudget: κ_eff skipped this step: %s", error)
+        return {}
