@@ -39,9 +39,12 @@ def kappa_eff_status(pairs: KappaPairs, forward: Forward) -> dict[str, float]:
     wanted = torch.stack([pairs.top, pairs.bottom], dim=1).reshape(-1)  # o+, o-, o+, o-, ...
     source = torch.searchsorted(starts, wanted, right=True) - 1  # the experience of each row
 
+    rows_of: dict[int, set[int]] = {}  # experience -> its rows among the pairs
+    for position, j in zip(wanted.tolist(), source.tolist(), strict=True):
+        rows_of.setdefault(j, set()).add(position - int(starts[j]))
     sequences, action_masks, attention_masks, old, picked = [], [], [], [], []
-    for j in source.unique().tolist():
-        rows = (wanted[source == j] - starts[j]).unique()
+    for j in sorted(rows_of):
+        rows = torch.tensor(sorted(rows_of[j]))
         experience = pairs.experiences[j]
         sequences.append(experience.sequences[rows])
         action_masks.append(experience.action_mask[rows])
