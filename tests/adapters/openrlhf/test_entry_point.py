@@ -4,6 +4,7 @@ and preconditions, parse-only mode."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -12,7 +13,8 @@ import pytest
 
 pytest.importorskip("openrlhf")
 
-from advbudget.adapters.openrlhf.__main__ import main
+from advbudget.adapters.openrlhf import HOOK
+from advbudget.adapters.openrlhf.__main__ import main, runtime_env
 
 from .conftest import OPENRLHF_WARNINGS
 
@@ -64,6 +66,14 @@ def test_rejects_critic() -> None:
         )  # fmt: skip
 
 
+def test_kappa_every_flag() -> None:
+    flags = ["--algo.advantage.estimator", "reward_budget", "--rollout.n_samples_per_prompt", "8"]
+    assert parse(*flags).advbudget.kappa_every == 10
+    assert parse(*flags, "--advbudget.kappa_every", "0").advbudget.kappa_every == 0
+    with pytest.raises(SystemExit, match="kappa_every must be >= 0, got -1"):
+        parse(*flags, "--advbudget.kappa_every", "-1")
+
+
 def test_rejects_bad_budget() -> None:
     with pytest.raises(SystemExit, match="budget must be > 0"):
         parse(
@@ -102,3 +112,82 @@ def test_module_runs_as_a_script() -> None:
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     assert "flags parse; estimator reward_budget" in out.stdout
+
+
+def test_runtime_env_outside_a_job() -> None:
+    env = runtime_env({})
+    assert env["worker_process_setup_hook"] == HOOK
+    assert env["env_vars"]["RAY_ENABLE_ZERO_COPY_TORCH_TENSORS"] == "1"
+
+
+def test_runtime_env_leaves_out_what_the_job_sets() -> None:
+    """Ray refuses a runtime-env field or env var set by both the job and ``ray.init``."""
+    job = {
+        "worker_process_setup_hook": HOOK,
+        "env_vars": {"NCCL_DEBUG": "INFO", "PYTHONPATH": "/x"},
+    }
+    env = runtime_env(job)
+    assert "worker_process_setup_hook" not in env
+    assert "NCCL_DEBUG" not in env["env_vars"]
+    assert set(env["env_vars"]) == {"TOKENIZERS_PARALLELISM", "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS"}
+
+
+def test_runtime_env_rejects_another_hook() -> None:
+    with pytest.raises(SystemExit, match=r"worker_process_setup_hook='my\.hook'"):
+        runtime_env({"worker_process_setup_hook": "my.hook"})
+
+
+PROBE = """
+import advbudget.adapters.openrlhf.__main__ as entry
+import ray
+
+entry.init_ray()  # what `python -m advbudget.adapters.openrlhf` does before training
+
+
+@ray.remote
+class Probe:
+    def installed(self):
+        import advbudget.adapters.openrlhf as adapter
+
+        return adapter.is_installed()
+
+
+print("PATCHED_IN_ACTOR", ray.get(Probe.remote().installed.remote(), timeout=120))
+"""
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """A one-node Ray cluster with the job server (``ray start --head``), stopped after."""
+    pytest.importorskip("ray.dashboard")
+    ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
+    port = "8279"
+    start = subprocess.run(
+        [ray_bin, "start", "--head", "--num-cpus", "1", "--port", "6389",
+         "--dashboard-port", port, "--disable-usage-stats"],
+        capture_output=True, text=True, timeout=180, check=False,
+    )  # fmt: skip
+    if start.returncode:
+        pytest.fail(f"ray start failed: {start.stderr[-2000:]}")
+    try:
+        yield ray_bin, f"http://127.0.0.1:{port}", tmp_path_factory.mktemp("job")
+    finally:
+        subprocess.run([ray_bin, "stop", "--force"], capture_output=True, timeout=120, check=False)
+
+
+@pytest.mark.parametrize("hook_in_job", [True, False])
+def test_ray_job_submit(ray_cluster, hook_in_job: bool) -> None:  # type: ignore[no-untyped-def]
+    """Under ``ray job submit`` the entry point's ``ray.init`` joins the job's runtime env
+    (with or without the hook in ``--runtime-env-json``) and the actors are patched."""
+    ray_bin, address, workdir = ray_cluster
+    (workdir / "probe.py").write_text(PROBE)
+    job_env: dict = {"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", "")}}
+    if hook_in_job:
+        job_env["worker_process_setup_hook"] = HOOK
+    out = subprocess.run(
+        [ray_bin, "job", "submit", "--address", address, "--working-dir", str(workdir),
+         "--runtime-env-json", json.dumps(job_env), "--", sys.executable, "probe.py"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    assert "PATCHED_IN_ACTOR True" in out.stdout

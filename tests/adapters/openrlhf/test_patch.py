@@ -68,26 +68,92 @@ def test_our_estimator_needs_groups() -> None:
 
 @pytest.mark.parametrize("hook", [True, False])
 def test_hook_reaches_a_ray_actor(hook: bool) -> None:
-    """With the hook the actor's process is patched; without it (the control) it is not."""
+    """With the hook, an actor's ``RemoteExperienceMaker`` computes our advantages (equal to
+    the in-process ones) and ships each experience compactly; without it (the control)
+    OpenRLHF's own method runs and rejects the name."""
     ray = pytest.importorskip("ray")
     if ray.is_initialized():
         pytest.skip("Ray already initialised in this process")
+    experiences = make_experiences(8, 8, micro_batch=3)
+    args = make_args("reward_budget", 8)
+    expected = adapter.compute_advantages_and_returns(
+        make_maker(args, 0.05), copy.deepcopy(experiences)
+    )
+    runtime_env = {"env_vars": {"RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": "1"}}
+    if hook:
+        runtime_env["worker_process_setup_hook"] = adapter.HOOK
     ray.init(
         address="local",  # a fresh instance, never a cluster left running
         num_cpus=1,
         include_dashboard=False,
         log_to_driver=False,
-        runtime_env={"worker_process_setup_hook": adapter.HOOK} if hook else None,
+        runtime_env=runtime_env,
     )
     try:
 
         @ray.remote
-        class Probe:
+        class Trainer:
+            """Where OpenRLHF computes advantages: a Ray actor (its PPOTrainer)."""
+
             def installed(self) -> bool:
                 import advbudget.adapters.openrlhf as inside
 
                 return inside.is_installed()
 
-        assert ray.get(Probe.remote().installed.remote(), timeout=120) is hook
+            def compute(self, args, experiences):  # type: ignore[no-untyped-def]
+                from types import SimpleNamespace
+
+                from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
+                from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
+                from ray._private.worker import global_worker
+
+                maker = object.__new__(RemoteExperienceMaker)
+                maker.strategy = SimpleNamespace(args=args)
+                maker.args = args
+                maker.advantage_estimator = args.algo.advantage.estimator
+                maker.kl_ctl = FixedKLController(0.05)
+                out = maker.compute_advantages_and_returns(experiences)
+                context = global_worker.get_serialization_context()
+                shipped = [context.serialize(e).total_bytes for e in out]
+                return out, shipped
+
+        actor = Trainer.remote()  # type: ignore[attr-defined]
+        assert ray.get(actor.installed.remote(), timeout=120) is hook
+        if not hook:
+            with pytest.raises(ray.exceptions.RayTaskError):
+                ray.get(actor.compute.remote(args, copy.deepcopy(experiences)), timeout=120)
+            return
+        out, shipped = ray.get(actor.compute.remote(args, copy.deepcopy(experiences)), timeout=120)
     finally:
         ray.shutdown()
+    for a, b, size in zip(out, expected, shipped, strict=True):
+        assert torch.equal(a.advantages, b.advantages)
+        assert torch.equal(a.returns, b.returns)
+        assert torch.equal(a.info["advbudget_skipped"], b.info["advbudget_skipped"])
+        # Each experience carries its own elements, not the batch's (~90 KB here).
+        own = sum(t.numel() * t.element_size() for t in (a.advantages, a.returns, a.rewards))
+        assert size < own + 8_000
+
+
+@pytest.mark.parametrize("zero_copy", [True, False])
+def test_experiences_never_share_batch_storage_unless_ray_ships_views(
+    zero_copy: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without Ray's zero-copy tensor serialisation every tensor owns its storage (a view
+    would be pickled with the whole batch tensor); with it, views are contiguous."""
+    from ray._private import ray_constants
+
+    monkeypatch.setattr(ray_constants, "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS", zero_copy)
+    out = adapter.compute_advantages_and_returns(
+        make_maker(make_args("reward_budget", 8), 0.05), make_experiences(8, 8, micro_batch=3)
+    )
+    for e in out:
+        tensors = [e.advantages, e.returns, *(e.info[k] for k in ADDED_INFO)]
+        for t in tensors:
+            assert t.is_contiguous()
+            owns = t.untyped_storage().nbytes() == t.numel() * t.element_size()
+            assert owns or zero_copy
+        assert e.advantages.untyped_storage().data_ptr() != e.returns.untyped_storage().data_ptr()
+
+
+ADDED_INFO = ("group_reward_std", "return", "advbudget_skipped", "advbudget_advantage_gap")

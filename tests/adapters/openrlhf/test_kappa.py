@@ -1,0 +1,240 @@
+"""κ_eff after the update: the patched ``BasePPOTrainer.ppo_train`` on a real policy.
+
+The policy is OpenRLHF's own ``Actor`` around a tiny random Qwen3; the actor group is a
+stand-in for OpenRLHF's ``RayActorGroup`` (its ``fit`` is one real policy-gradient step on
+that model, its ``forward`` is ``PolicyModelActor.forward``'s call, results through Ray's
+object store as in training). ``BasePPOTrainer.ppo_train``, ``RemoteExperienceMaker``'s
+dispatch helpers and the ``Experience`` objects are OpenRLHF's.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+pytest.importorskip("openrlhf")
+pytest.importorskip("ray")
+
+import ray
+import torch
+
+import advbudget.adapters.openrlhf as adapter
+from advbudget import compute_advantages
+
+from .conftest import OPENRLHF_WARNINGS, import_openrlhf, make_args, make_maker
+
+pytestmark = OPENRLHF_WARNINGS
+
+PROMPT = 3  # prompt tokens per sample
+N = 4  # samples per prompt
+
+
+@pytest.fixture(scope="module")
+def local_ray():  # type: ignore[no-untyped-def]
+    if ray.is_initialized():
+        pytest.skip("Ray already initialised in this process")
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def tiny_actor(seed: int = 0) -> Any:
+    import_openrlhf()
+    from openrlhf.models import Actor
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen3Config(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+    )
+    actor = Actor(Qwen3ForCausalLM(config))
+    actor.packing_samples = False  # Actor sets it only when it loads a model from a path
+    return actor
+
+
+def log_probs(actor: Any, sequences: Any, action_mask: Any, attention_mask: Any) -> Any:
+    """What ``PolicyModelActor.forward`` does on one micro-batch (CPU here)."""
+    actor.eval()
+    with torch.no_grad():
+        out = actor(sequences, action_mask, attention_mask)
+    actor.train()
+    return out
+
+
+def experiences_with_sequences(actor: Any, prompts: int, seed: int = 0) -> list[Any]:
+    """Real Experiences with token sequences (prompt + right-padded response), the actor's
+    log-probs before the update, binary-ish rewards, shuffled into micro-batches of 3."""
+    from openrlhf.trainer.ppo_utils.experience import Experience
+
+    g = torch.Generator().manual_seed(seed)
+    total = prompts * N
+    lengths = torch.randint(1, 7, (total,), generator=g)
+    rewards = torch.tensor([0.0, 1.0, 0.5])[torch.randint(3, (total,), generator=g)]
+    rewards[:N] = 1.0  # a constant group: no pair, no κ_eff
+    order = torch.randperm(total, generator=g)
+    experiences = []
+    for start in range(0, total, 3):
+        rows = order[start : start + 3]
+        width = int(lengths[rows].max())
+        action_mask = torch.arange(width)[None, :] < lengths[rows][:, None]
+        sequences = torch.randint(1, 64, (len(rows), PROMPT + width), generator=g)
+        attention_mask = torch.cat(
+            [torch.ones(len(rows), PROMPT, dtype=torch.long), action_mask.long()], dim=1
+        )
+        sequences = sequences * attention_mask
+        experiences.append(
+            Experience(
+                sequences=sequences,
+                attention_mask=attention_mask,
+                action_mask=action_mask,
+                action_log_probs=log_probs(actor, sequences, action_mask, attention_mask),
+                rewards=rewards[rows].clone(),
+                kl=torch.zeros(len(rows), width),
+                response_length=lengths[rows].float(),
+                truncated=torch.zeros(len(rows), dtype=torch.bool),
+                index=rows.tolist(),
+                info={"reward": rewards[rows].clone()},
+            )
+        )
+    return experiences
+
+
+class ActorGroup:
+    """Stand-in for OpenRLHF's ``RayActorGroup`` with one rank holding ``actor``."""
+
+    def __init__(self, actor: Any, experiences: list[Any]) -> None:
+        self.actor = actor
+        self.experiences = experiences  # what "append" would have sent
+        self.forward_rows = 0
+
+    def async_run_method(self, method_name: str, **kwargs: Any) -> list[Any]:
+        if method_name == "fit":  # one policy-gradient step: raise log-prob x advantage
+            optimizer = torch.optim.SGD(self.actor.parameters(), lr=0.5)
+            loss = torch.zeros(())
+            for e in self.experiences:
+                logp = self.actor(e.sequences, e.action_mask, e.attention_mask)
+                loss = loss - (e.advantages * logp * e.action_mask).sum()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            return [ray.put({"policy_loss": float(loss)})]
+        return [ray.put(None)]
+
+    def async_run_method_batch(self, method_name: str, **kwargs: Any) -> list[Any]:
+        assert method_name == "forward"
+        batches = zip(
+            kwargs["sequences"], kwargs["action_mask"], kwargs["attention_mask"], strict=True
+        )
+        results = []
+        for sequences, action_mask, attention_mask in batches:
+            self.forward_rows += len(sequences)
+            results.append(log_probs(self.actor, sequences, action_mask, attention_mask))
+        return [ray.put(results)]
+
+
+def make_trainer(estimator: str, kappa_every: int, prompts: int = 6) -> Any:
+    from openrlhf.trainer.ppo_trainer import BasePPOTrainer
+
+    actor = tiny_actor()
+    args = make_args(estimator, N)
+    args.advbudget = SimpleNamespace(budget=1.0, kappa_every=kappa_every)
+    args.critic = SimpleNamespace(freezing_steps=-1)
+    args.ds = SimpleNamespace(enable_sleep=False, ring_attn_size=1, tensor_parallel_size=1)
+    args.train = SimpleNamespace(colocate_all=False, colocate_actor_ref=False)
+    maker = make_maker(args)
+    experiences = experiences_with_sequences(actor, prompts)
+    maker.compute_advantages_and_returns(experiences)  # patched: ours, or OpenRLHF's
+
+    trainer = object.__new__(BasePPOTrainer)
+    trainer.args = args
+    trainer.strategy = maker.strategy
+    trainer.experience_maker = maker
+    trainer.kl_ctl = maker.kl_ctl
+    trainer.critic_model_group = None
+    trainer.actor_model_group = ActorGroup(actor, experiences)
+    return trainer
+
+
+def expected_kappa(trainer: Any) -> Any:
+    """κ_eff by hand: every row's log-probs after the step, pairs from the core's advantages
+    in prompt-major order (first largest / first smallest), constant groups left out."""
+    experiences = trainer.actor_model_group.experiences
+    total = sum(len(e.index) for e in experiences)
+    old, new, rewards = torch.empty(total), torch.empty(total), torch.empty(total)
+    for e in experiences:
+        old[e.index] = (e.action_log_probs * e.action_mask).sum(-1)
+        after = log_probs(
+            trainer.actor_model_group.actor, e.sequences, e.action_mask, e.attention_mask
+        )
+        new[e.index] = (after * e.action_mask).sum(-1)
+        rewards[e.index] = e.rewards
+    advantages = compute_advantages(rewards, "budget", group_size=N).advantages.reshape(-1, N)
+    change = (new - old).reshape(-1, N)
+    top, bottom = advantages.argmax(-1), advantages.argmin(-1)
+    rows = torch.arange(len(advantages))
+    values = change[rows, top] - change[rows, bottom]
+    return values[advantages.amax(-1) > advantages.amin(-1)]
+
+
+@pytest.mark.usefixtures("local_ray")
+def test_kappa_eff_after_the_update_matches_a_hand_computation() -> None:
+    adapter.install()
+    try:
+        trainer = make_trainer("reward_budget", kappa_every=1)
+        status = trainer.ppo_train(1)  # OpenRLHF's ppo_train, patched
+    finally:
+        adapter.uninstall()
+    assert "policy_loss" in status  # OpenRLHF's own status is kept
+    expected = expected_kappa(trainer)
+    assert len(expected) == 5  # six groups, the first constant
+    assert status["advbudget/kappa_eff_count"] == len(expected)
+    torch.testing.assert_close(
+        torch.tensor(status["advbudget/kappa_eff_mean"], dtype=torch.float64),
+        expected.double().mean(),
+        rtol=1e-4,
+        atol=1e-5,
+    )
+    torch.testing.assert_close(
+        torch.tensor(status["advbudget/kappa_eff_max"], dtype=torch.float64),
+        expected.double().max(),
+        rtol=1e-4,
+        atol=1e-5,
+    )
+    torch.testing.assert_close(
+        torch.tensor(status["advbudget/kappa_eff_min"], dtype=torch.float64),
+        expected.double().min(),
+        rtol=1e-4,
+        atol=1e-5,
+    )
+    assert status["advbudget/kappa_eff_mean"] != 0.0  # the step moved the policy
+    # Only the pairs went through the extra forward: 2 rows per group with a gap.
+    assert trainer.actor_model_group.forward_rows == 2 * len(expected)
+    assert trainer.experience_maker._advbudget_kappa_pairs is None  # the batch is released
+
+
+@pytest.mark.usefixtures("local_ray")
+@pytest.mark.parametrize(
+    ("estimator", "kappa_every", "step"),
+    [("reward_budget", 2, 1), ("reward_budget", 0, 4), ("group_norm", 1, 1)],
+)
+def test_no_kappa_pass_when_not_due_off_or_not_ours(
+    estimator: str, kappa_every: int, step: int
+) -> None:
+    adapter.install()
+    try:
+        trainer = make_trainer(estimator, kappa_every=kappa_every)
+        status = trainer.ppo_train(step)
+    finally:
+        adapter.uninstall()
+    assert "policy_loss" in status
+    assert not any(key.startswith("advbudget/") for key in status)
+    assert trainer.actor_model_group.forward_rows == 0
+    assert getattr(trainer.experience_maker, "_advbudget_kappa_pairs", None) is None
