@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_PIN ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo bench lint typecheck clean test-core test-verl test-trl test-openrlhf bench-verl bench-trl
+.PHONY: test demo bench lint typecheck clean test-core test-verl test-trl test-openrlhf bench-verl bench-trl bench-openrlhf
 
 # $(call environment,DIR,EXTRAS): a virtual environment with torch from its pin first,
 # then advbudget (editable) with EXTRAS and the test runner.
@@ -29,7 +29,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-test: lint typecheck test-core test-verl test-trl
+test: lint typecheck test-core test-verl test-trl test-openrlhf
 
 test-core: $(STAMP)
 	ADVBUDGET_REQUIRE_BACKENDS=1 $(BIN)/python -m pytest -n 2
@@ -56,22 +56,26 @@ test-trl: $(VENV_TRL)/.installed
 bench-trl: $(VENV_TRL)/.installed
 	$(VENV_TRL)/bin/python benchmarks/trl_adapter.py
 
-# OpenRLHF's CPU install needs --no-deps and import stubs for flash_attn and vllm
-# (tests/adapters/openrlhf/stubs). In progress (issue 6): not yet part of `make test`.
+# OpenRLHF pins flash-attn, which does not build without CUDA: its CPU environment installs
+# it --no-deps with the rest of its requirements by hand (GPU users: pip install
+# "advbudget[openrlhf]"), and the tests put import stubs for flash_attn and vllm on the path.
 VENV_OPENRLHF ?= .venv-openrlhf
 $(VENV_OPENRLHF)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV_OPENRLHF)
 	$(VENV_OPENRLHF)/bin/python -m pip install --quiet --upgrade pip
 	$(VENV_OPENRLHF)/bin/python -m pip install --quiet "$(TORCH_PIN)"
 	$(VENV_OPENRLHF)/bin/python -m pip install --quiet --no-deps openrlhf==0.11.2
-	$(VENV_OPENRLHF)/bin/python -m pip install --quiet ray==2.55.0 transformers==5.15.0 peft \
-	  pylatexenc numpy aiohttp torchdata pillow datasets
+	$(VENV_OPENRLHF)/bin/python -m pip install --quiet "ray[default]==2.55.0" transformers==5.15.0 \
+	  peft pylatexenc aiohttp torchdata pillow datasets accelerate
 	$(VENV_OPENRLHF)/bin/python -m pip install --quiet --no-build-isolation deepspeed==0.19.6
-	$(VENV_OPENRLHF)/bin/python -m pip install --quiet -e . pytest hypothesis
+	$(VENV_OPENRLHF)/bin/python -m pip install --quiet -e ".[data,rewards]" pytest hypothesis
 	touch $@
 
 test-openrlhf: $(VENV_OPENRLHF)/.installed
 	$(VENV_OPENRLHF)/bin/python -m pytest -q -p no:cacheprovider tests/adapters/openrlhf advbudget/adapters/openrlhf
+
+bench-openrlhf: $(VENV_OPENRLHF)/.installed
+	$(VENV_OPENRLHF)/bin/python benchmarks/openrlhf_adapter.py
 
 demo: $(STAMP)
 	$(BIN)/advbudget explain --group-size 8 --plot demo/explain.png
@@ -82,6 +86,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/core.py
 	if [ -x $(VENV_VERL)/bin/python ]; then $(MAKE) bench-verl; fi
 	if [ -x $(VENV_TRL)/bin/python ]; then $(MAKE) bench-trl; fi
+	if [ -x $(VENV_OPENRLHF)/bin/python ]; then $(MAKE) bench-openrlhf; fi
 	$(BIN)/python benchmarks/report.py
 
 clean:

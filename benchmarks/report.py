@@ -17,7 +17,7 @@ SECTIONS = (
     ("gpu", "the core estimators on CUDA (torch, jax), N up to 16M", "bash benchmarks/gpu.sh"),
     ("verl", "the verl adapter against verl's grpo / grpo_vectorized", "make bench-verl"),
     ("trl", "the TRL adapter's step-time overhead", "make bench-trl"),
-    ("openrlhf", "the OpenRLHF adapter against its advantage code", "the OpenRLHF adapter issue"),
+    ("openrlhf", "the OpenRLHF adapter against its advantage code", "make bench-openrlhf"),
 )
 
 

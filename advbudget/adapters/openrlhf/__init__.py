@@ -1,22 +1,20 @@
-"""OpenRLHF (0.11.2): group advantages from the advbudget core inside OpenRLHF's PPO trainer.
+"""OpenRLHF (0.11.2): the advbudget estimators inside OpenRLHF's PPO trainer.
 
-WORK IN PROGRESS (see ``STATUS.md`` in this folder): the pieces that exist are
+Run ``python -m advbudget.adapters.openrlhf`` with any ``openrlhf.cli.train_ppo_ray`` flags
+and ``--algo.advantage.estimator reward_budget`` (or ``advbudget_group_norm``,
+``advbudget_dr_grpo``, ``advbudget_rloo``); see ``docs/guides/openrlhf.md``. The pieces:
 
+- :func:`compute_advantages_and_returns`: OpenRLHF's advantage step for our
+  :data:`ESTIMATORS`, keeping its length penalties, reward clipping, KL-in-reward and
+  returns semantics, with the group shaping from the core and per-sample metrics;
 - :func:`cumulative_returns`: OpenRLHF's per-token return loop as one reversed cumsum;
-- :func:`compute_advantages_and_returns`: OpenRLHF's ``RemoteExperienceMaker.
-  compute_advantages_and_returns`` for our estimators (:data:`ESTIMATORS`), keeping its length
-  penalties, reward clipping, KL-in-reward and returns semantics.
+- :func:`install` / :func:`uninstall` / :func:`is_installed`: the patch of OpenRLHF's trainer
+  (advantages, and κ_eff after each update every ``--advbudget.kappa_every`` steps);
+  :data:`HOOK` is its path for Ray's ``worker_process_setup_hook``, since the trainer runs
+  inside a Ray actor;
+- :func:`check_openrlhf_version`: :data:`SUPPORTED_OPENRLHF`, checked by :func:`install`.
 
-- :func:`install` / :func:`uninstall` / :func:`is_installed`: the patch of
-  ``RemoteExperienceMaker.compute_advantages_and_returns``; :data:`HOOK` is its path for Ray's
-  ``worker_process_setup_hook`` (the method runs inside the ``PPOTrainer`` Ray actor).
-
-- ``python -m advbudget.adapters.openrlhf``: OpenRLHF's ``train_ppo_ray`` with our names,
-  ``--advbudget.budget`` and ``--advbudget.parse_only`` (see ``__main__.py``).
-
-Still missing: the kappa_eff metric, the benchmark, docs.
-
-``openrlhf`` and ``torch`` are imported only when these functions run.
+``openrlhf``, ``ray`` and ``torch`` are imported only when these functions run.
 """
 
 from __future__ import annotations
@@ -24,10 +22,13 @@ from __future__ import annotations
 from ._advantages import ESTIMATORS, compute_advantages_and_returns, core_estimator
 from ._patch import HOOK, install, is_installed, uninstall
 from ._returns import cumulative_returns
+from ._version import SUPPORTED_OPENRLHF, check_openrlhf_version
 
 __all__ = [
     "ESTIMATORS",
     "HOOK",
+    "SUPPORTED_OPENRLHF",
+    "check_openrlhf_version",
     "compute_advantages_and_returns",
     "core_estimator",
     "cumulative_returns",

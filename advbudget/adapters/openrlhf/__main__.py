@@ -31,6 +31,7 @@ from typing import Any
 
 from ._advantages import ESTIMATORS
 from ._patch import HOOK, install
+from ._version import check_openrlhf_version
 
 ESTIMATOR_FLAG = "--algo.advantage.estimator"
 DEFAULT_KAPPA_EVERY = 10
@@ -158,6 +159,7 @@ def main(argv: Sequence[str] | None = None) -> Any:
 
     Returns the hierarchised args in parse-only mode, else None.
     """
+    check_openrlhf_version()
     argv = list(sys.argv[1:] if argv is None else argv)
     parse_only = "--advbudget.parse_only" in argv
     saved_argv = sys.argv

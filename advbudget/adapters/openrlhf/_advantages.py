@@ -201,12 +201,14 @@ class _Layout:
         import torch
 
         out = tensors[0].new_zeros(self.keep.shape)
-        out[self.keep] = torch.cat([tensor.reshape(-1) for tensor in tensors])
-        return out
+        # masked_scatter_/masked_select: several times faster than boolean indexing
+        return out.masked_scatter_(self.keep, torch.cat([t.reshape(-1) for t in tensors]))
 
     def flatten(self, batch: Any) -> Any:
         """The real elements of a batch: every experience's block, row-major, in order."""
-        return batch[self.keep]
+        import torch
+
+        return torch.masked_select(batch, self.keep)
 
     def blocks(self, flat: Any) -> list[Any]:
         """Views ``[B_i, W_i]`` of a :meth:`flatten` result, one per experience."""

@@ -26,6 +26,7 @@ from typing import Any
 
 from ._advantages import ESTIMATORS, compute_advantages_and_returns
 from ._kappa import after_update
+from ._version import check_openrlhf_version
 
 HOOK = "advbudget.adapters.openrlhf.install"
 _MARK = "_advbudget_original"
@@ -71,7 +72,9 @@ def _wrap_ppo_train(original: Any) -> Any:
 
 
 def install() -> None:
-    """Patch OpenRLHF's trainer in this process (idempotent)."""
+    """Patch OpenRLHF's trainer in this process (idempotent); raises ImportError on an
+    OpenRLHF version the patch was not checked against."""
+    check_openrlhf_version()
     for cls, name, wrap in _targets():
         original = getattr(cls, name)
         if hasattr(original, _MARK):

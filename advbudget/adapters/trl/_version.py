@@ -2,21 +2,11 @@
 
 from __future__ import annotations
 
-import re
-from importlib.metadata import PackageNotFoundError, version
+from .._versions import check_version
 
 SUPPORTED_TRL = (">=1.16.0", "<1.17")
 """The adapter overrides private ``GRPOTrainer`` methods (``_calculate_rewards``,
 ``_generate_and_score_completions``) whose shapes change between TRL minor versions."""
-
-_LOW = (1, 16, 0)
-_HIGH = (1, 17)
-
-
-def _release(text: str) -> tuple[int, ...]:
-    """``"1.16.0.dev0"`` -> ``(1, 16, 0)``: the leading numeric release parts."""
-    match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
-    return tuple(int(part) for part in match.groups() if part is not None) if match else ()
 
 
 def check_trl_version(installed: str | None = None) -> str:
@@ -34,18 +24,4 @@ def check_trl_version(installed: str | None = None) -> str:
         ...
         ImportError: trl: advbudget.adapters.trl supports trl>=1.16.0,<1.17, got 1.15.2 ...
     """
-    if installed is None:
-        try:
-            installed = version("trl")
-        except PackageNotFoundError:
-            raise ImportError(
-                "trl: advbudget.adapters.trl needs trl (pip install 'trl>=1.16.0,<1.17'), "
-                "which is not installed"
-            ) from None
-    release = _release(installed)
-    if not (release >= _LOW and release[:2] < _HIGH):
-        raise ImportError(
-            f"trl: advbudget.adapters.trl supports trl{','.join(SUPPORTED_TRL)}, got {installed} "
-            f"(install a supported version: pip install 'trl{','.join(SUPPORTED_TRL)}')"
-        )
-    return installed
+    return check_version("trl", "advbudget.adapters.trl", (1, 16, 0), (1, 17), installed)
