@@ -4,16 +4,20 @@
 #   bash examples/openrlhf_qwen3.sh                           # budget, GRPO (group_norm) settings
 #   BASELINE=dr_grpo bash examples/openrlhf_qwen3.sh          # budget, Dr.GRPO settings
 #   BUDGET=0 BASELINE=group_norm|dr_grpo bash examples/openrlhf_qwen3.sh   # the plain baseline
+#   ESTIMATOR=group_norm BUDGET=0 bash examples/openrlhf_qwen3.sh  # OpenRLHF's own code path
 #   bash examples/openrlhf_qwen3.sh --parse-only   # parse every flag with OpenRLHF's parser (CPU)
 #   bash examples/openrlhf_qwen3.sh --print        # print the training command
 #
 # Budgeting replaces only how rewards become group advantages (--algo.advantage.estimator
 # reward_budget, through `python -m advbudget.adapters.openrlhf`, which patches OpenRLHF's
-# experience maker inside the PPOTrainer Ray actor via Ray's worker_process_setup_hook);
-# KL, clipping, length penalties and returns stay OpenRLHF's. 8 samples per prompt, 32
-# prompts per rollout batch, vLLM hybrid engine (colocated, sleep mode), Ray job submit,
-# then `advbudget eval` on the final model. Extra arguments go to OpenRLHF.
-# STATUS: work in progress (advbudget/adapters/openrlhf/STATUS.md); not run on GPUs yet.
+# trainer inside the PPOTrainer Ray actor via Ray's worker_process_setup_hook); KL,
+# clipping, length penalties and returns stay OpenRLHF's. The baseline (BUDGET=0) runs our
+# mirror of OpenRLHF's estimator (advbudget_group_norm / advbudget_dr_grpo: the same
+# advantages, tested) so that both runs log the same train/advbudget_* metrics and κ_eff
+# (every KAPPA_EVERY steps). 8 samples per prompt, 32 prompts per rollout batch, vLLM hybrid
+# engine (colocated, sleep mode), Ray job submit, then `advbudget eval` on the final model.
+# Extra arguments go to OpenRLHF. Every flag parses with OpenRLHF 0.11.2's parser (tested on
+# CPU); the full run needs GPUs and has not been run by the advbudget tests.
 set -euo pipefail
 
 MODE=train
@@ -30,6 +34,7 @@ PYTHON=${PYTHON:-python3}
 BASELINE=${BASELINE:-group_norm}   # group_norm (GRPO) | dr_grpo
 BUDGET=${BUDGET:-1}                # 1: reward budgeting; 0: OpenRLHF's own estimator
 BUDGET_TOTAL=${BUDGET_TOTAL:-1.0}
+KAPPA_EVERY=${KAPPA_EVERY:-10}     # κ_eff every N steps (one extra actor forward); 0: off
 MODEL=${MODEL:-Qwen/Qwen3-8B}
 DATA_DIR=${DATA_DIR:-$HOME/data/advbudget}
 NGPUS=${NGPUS:-8}
@@ -47,11 +52,13 @@ case "$BASELINE" in
   dr_grpo) KL=(--algo.kl.init_coef 0) ;;
   *) echo "BASELINE: expected group_norm or dr_grpo, got '$BASELINE'" >&2; exit 2 ;;
 esac
-if [ "$BUDGET" = 1 ]; then ESTIMATOR=reward_budget; else ESTIMATOR="$BASELINE"; fi
+if [ "$BUDGET" = 1 ]; then DEFAULT_ESTIMATOR=reward_budget; else DEFAULT_ESTIMATOR="advbudget_$BASELINE"; fi
+ESTIMATOR=${ESTIMATOR:-$DEFAULT_ESTIMATOR}
 
 FLAGS=(
   --algo.advantage.estimator "$ESTIMATOR"
   --advbudget.budget "$BUDGET_TOTAL"
+  --advbudget.kappa_every "$KAPPA_EVERY"
   "${KL[@]}"
   --actor.model_name_or_path "$MODEL"
   --actor.num_nodes "$NNODES"

@@ -18,10 +18,10 @@ estimators in :data:`ESTIMATORS`. OpenRLHF's steps, in its order:
 6. ``info["return"]``, ``experience.kl = None``; no batch whitening (OpenRLHF whitens only
    gae/reinforce/reinforce_baseline).
 
-ADDED: per-sample ``info["advbudget_skipped"]`` (1.0 where the sample's group got no update)
-and ``info["advbudget_advantage_gap"]`` (its group's max minus min advantage), which OpenRLHF
-logs as sample means; and, when ``--advbudget.kappa_every`` is set, each group's o+ / o- kept
-on the maker for the κ_eff pass after the update (:mod:`._kappa`).
+ADDED: ``info["advbudget/..."]``, the advantage metrics of the verl adapter as per-sample
+lists whose sample means OpenRLHF logs (:func:`sample_metrics`); and, when
+``--advbudget.kappa_every`` is set, each group's o+ / o- kept on the maker for the κ_eff
+pass after the update (:mod:`._kappa`).
 """
 
 from __future__ import annotations
@@ -33,10 +33,12 @@ from typing import Any
 
 from advbudget.core import compute_advantages
 from advbudget.core._compute import DEFAULT_TIE_ATOL, DEFAULT_TIE_RTOL
+from advbudget.metrics import advantage_metrics
 
 from ._returns import cumulative_returns
 
 _logger = logging.getLogger("advbudget.adapters.openrlhf")
+METRIC_PREFIX = "advbudget/"
 
 # Our estimator names -> (core estimator, options). The mirrors of OpenRLHF's own keep its
 # conventions: eps 1e-9 and unbiased std for group_norm, exact ties only.
@@ -129,14 +131,13 @@ def compute_advantages_and_returns(
     )
     returns = cumulative_returns(reward, mask)
 
-    # Per-sample info, logged by OpenRLHF as the mean over samples.
-    group_index = result.group_index
+    # OpenRLHF's own per-sample info, as tensors.
     info = {
         "group_reward_std": rewards.reshape(-1, n).std(-1).repeat_interleave(n)[order],
         "return": reward.sum(-1),
-        "advbudget_skipped": result.group_skipped[group_index].to(rewards.dtype)[order],
-        "advbudget_advantage_gap": result.group_advantage_gap[group_index].to(rewards.dtype)[order],
     }
+    metrics = sample_metrics(result, order)
+    starts = list(itertools.accumulate(sizes, initial=0))
 
     # Each experience gets views of batch tensors when Ray ships a view's own elements,
     # else copies: a view pickled by default carries its whole storage through Ray.
@@ -144,21 +145,57 @@ def compute_advantages_and_returns(
     returns_flat = layout.flatten(returns)
     parts = zip(
         experiences,
+        starts,
         layout.blocks(returns_flat),
         layout.blocks(returns_flat.clone()),
         *(values.split(sizes) for values in info.values()),
-        strict=True,
+        strict=False,  # starts has one more entry
     )
-    for experience, returns_block, advantages_block, *info_values in parts:
+    for experience, start, returns_block, advantages_block, *info_values in parts:
         if copy:
             returns_block, advantages_block = returns_block.clone(), advantages_block.clone()
             info_values = [values.clone() for values in info_values]
         experience.returns = returns_block
         experience.advantages = advantages_block
         experience.info.update(zip(info, info_values, strict=True))
+        end = start + len(experience.index)
+        experience.info.update((key, values[start:end]) for key, values in metrics.items())
         experience.kl = None
     _remember_for_kappa(maker, experiences, result, order)
     return experiences
+
+
+def sample_metrics(result: Any, order: Any) -> dict[str, list[float]]:
+    """:func:`advbudget.metrics.advantage_metrics` as per-sample lists in experience order
+    (``order``: prompt-major positions), keyed ``advbudget/...`` as in the verl adapter.
+
+    OpenRLHF logs the sample mean of each ``info`` entry, so the fractions and the mean
+    advantage are per-sample values whose mean is the batch's; the advantage gap (a mean
+    over kept groups), std, min and max are the batch's value for every sample. Python lists
+    (which OpenRLHF's info accepts) cost no tensor per experience.
+    """
+    import torch
+
+    num = len(order)
+    per_sample = torch.stack(
+        [
+            result.group_skipped[result.group_index],  # skipped_group_fraction: equal groups
+            result.advantages > 0,
+            result.valid,
+            result.advantages,
+        ]
+    ).double()[:, order]
+    batch = advantage_metrics(result)
+    names = (
+        "skipped_group_fraction",
+        "positive_advantage_fraction",
+        "valid_fraction",
+        "advantage_mean",
+    )
+    metrics = dict(zip(names, per_sample.tolist(), strict=True))
+    for name in ("advantage_gap_mean", "advantage_std", "advantage_min", "advantage_max"):
+        metrics[name] = [batch[name]] * num
+    return {METRIC_PREFIX + name: values for name, values in metrics.items()}
 
 
 def _ray_ships_views_compactly() -> bool:

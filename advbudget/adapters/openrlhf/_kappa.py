@@ -7,7 +7,7 @@ numerics, or an older one in async training). Nothing is computed after the upda
 and before the weights go to vLLM, the trainer sends the rows of each group's o+ and o-
 (2 of every ``n_samples_per_prompt`` samples, groups with an advantage gap only) through
 the actor group's own ``forward`` (the method OpenRLHF's experience maker uses for
-``action_log_probs``) and logs ``advbudget/kappa_eff_{mean,median,std,min,max,count}``
+``action_log_probs``) and logs ``advbudget/kappa_eff/{mean,median,std,min,max,count}``
 with OpenRLHF's training status.
 """
 
@@ -29,11 +29,11 @@ Forward = Callable[[list[Any], list[Any], list[Any]], list[Any]]
 
 
 def kappa_eff_status(pairs: KappaPairs, forward: Forward) -> dict[str, float]:
-    """``advbudget/kappa_eff_*`` for one step's pairs, π_new from ``forward``."""
+    """``advbudget/kappa_eff/*`` for one step's pairs, π_new from ``forward``."""
     import torch
 
     if len(pairs.top) == 0:
-        return {"advbudget/kappa_eff_count": 0.0}
+        return {"advbudget/kappa_eff/count": 0.0}
     sizes = torch.tensor([len(e.index) for e in pairs.experiences])
     starts = torch.cumsum(sizes, 0) - sizes
     wanted = torch.stack([pairs.top, pairs.bottom], dim=1).reshape(-1)  # o+, o-, o+, o-, ...
@@ -62,7 +62,7 @@ def kappa_eff_status(pairs: KappaPairs, forward: Forward) -> dict[str, float]:
     old_pairs, new_pairs = torch.cat(old)[slot], torch.cat(new)[slot]
     advantages = torch.tensor([1.0, -1.0]).repeat(len(pairs.top))  # o+ ranks above o-
     values = kappa_eff(old_pairs.double(), new_pairs.double(), advantages.double(), group_size=2)
-    return {f"advbudget/kappa_eff_{k}": v for k, v in summarize(values).items()}
+    return {f"advbudget/kappa_eff/{k}": v for k, v in summarize(values).items()}
 
 
 def _sequence_logprobs(token_logprobs: Any, action_mask: Any) -> Any:

@@ -8,7 +8,7 @@
   OpenRLHF's own method, unchanged;
 - ``BasePPOTrainer.ppo_train`` (``ppo_trainer.py``; the sync ``PPOTrainer`` and the async
   ``TrainingActor`` both inherit it): after the update, every ``--advbudget.kappa_every``
-  steps, adds ``advbudget/kappa_eff_*`` to the status OpenRLHF logs.
+  steps, adds ``advbudget/kappa_eff/*`` to the status OpenRLHF logs.
 
 Both run inside a Ray actor (``PPOTrainer``), not the driver, so the patch must be installed
 there: pass :data:`HOOK` as Ray's ``worker_process_setup_hook``::

@@ -38,8 +38,14 @@ def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
 def test_flags_parse(baseline: str, budget: str) -> None:
     out = run("--parse-only", BASELINE=baseline, BUDGET=budget)
     assert out.returncode == 0, out.stderr[-3000:]
-    expected = "reward_budget" if budget == "1" else baseline
+    expected = "reward_budget" if budget == "1" else f"advbudget_{baseline}"
     assert f"flags parse; estimator {expected}" in out.stdout
+
+
+def test_openrlhf_own_estimator() -> None:
+    out = run("--parse-only", BUDGET="0", ESTIMATOR="group_norm")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "flags parse; estimator group_norm" in out.stdout
 
 
 def test_extra_flags_reach_the_parser() -> None:

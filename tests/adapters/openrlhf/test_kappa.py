@@ -195,26 +195,26 @@ def test_kappa_eff_after_the_update_matches_a_hand_computation() -> None:
     assert "policy_loss" in status  # OpenRLHF's own status is kept
     expected = expected_kappa(trainer)
     assert len(expected) == 5  # six groups, the first constant
-    assert status["advbudget/kappa_eff_count"] == len(expected)
+    assert status["advbudget/kappa_eff/count"] == len(expected)
     torch.testing.assert_close(
-        torch.tensor(status["advbudget/kappa_eff_mean"], dtype=torch.float64),
+        torch.tensor(status["advbudget/kappa_eff/mean"], dtype=torch.float64),
         expected.double().mean(),
         rtol=1e-4,
         atol=1e-5,
     )
     torch.testing.assert_close(
-        torch.tensor(status["advbudget/kappa_eff_max"], dtype=torch.float64),
+        torch.tensor(status["advbudget/kappa_eff/max"], dtype=torch.float64),
         expected.double().max(),
         rtol=1e-4,
         atol=1e-5,
     )
     torch.testing.assert_close(
-        torch.tensor(status["advbudget/kappa_eff_min"], dtype=torch.float64),
+        torch.tensor(status["advbudget/kappa_eff/min"], dtype=torch.float64),
         expected.double().min(),
         rtol=1e-4,
         atol=1e-5,
     )
-    assert status["advbudget/kappa_eff_mean"] != 0.0  # the step moved the policy
+    assert status["advbudget/kappa_eff/mean"] != 0.0  # the step moved the policy
     # Only the pairs went through the extra forward: 2 rows per group with a gap.
     assert trainer.actor_model_group.forward_rows == 2 * len(expected)
     assert trainer.experience_maker._advbudget_kappa_pairs is None  # the batch is released

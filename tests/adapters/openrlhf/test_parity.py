@@ -15,6 +15,7 @@ import torch
 from advbudget import compute_advantages
 from advbudget.adapters.openrlhf._advantages import (
     compute_advantages_and_returns,
+    core_estimator,
 )
 
 from .conftest import (
@@ -108,21 +109,31 @@ def test_group_norm_divergence_on_inexact_ties_is_openrlhf_rounding() -> None:
 
 
 @pytest.mark.parametrize("name", ["reward_budget", "advbudget_group_norm"])
-def test_per_sample_metrics(name: str) -> None:
-    """Constant groups (the first one here) are skipped; metrics are 1-D, one per sample."""
+def test_metrics_survive_openrlhf_batching_and_average_to_the_batch_values(name: str) -> None:
+    """The ``advbudget/*`` info goes through OpenRLHF's replay buffer (split per sample,
+    merged into training micro-batches) and the sample mean the actor logs equals
+    :func:`advbudget.metrics.advantage_metrics` of the whole batch."""
+    from openrlhf.trainer.ppo_utils.experience import (
+        make_experience_batch,
+        split_experience_batch,
+    )
+
+    from advbudget.metrics import advantage_metrics
+
     n = 8
     experiences = make_experiences(6, n, constant_groups=2)
+    rewards = torch.empty(6 * n)
+    for e in experiences:
+        rewards[e.index] = e.rewards
     out = compute_advantages_and_returns(make_maker(make_args(name, n), 0.05), experiences)
-    skipped = torch.empty(6 * n)
-    gap = torch.empty(6 * n)
     for e in out:
-        assert e.info["advbudget_skipped"].shape == (len(e.index),)
-        skipped[e.index] = e.info["advbudget_skipped"]
-        gap[e.index] = e.info["advbudget_advantage_gap"]
-    grouped_rewards = torch.empty(6 * n)
-    for e in out:
-        grouped_rewards[e.index] = e.rewards
-    constant = grouped_rewards.reshape(-1, n).amax(-1) == grouped_rewards.reshape(-1, n).amin(-1)
-    assert torch.equal(skipped.reshape(-1, n).amax(-1) == 1, constant)
-    assert torch.all(gap.reshape(-1, n)[constant] == 0)
-    assert torch.all(gap.reshape(-1, n)[~constant] > 0)
+        e.sequences = torch.zeros(len(e.index), 1)  # the replay buffer counts samples by it
+    items = [item for e in out for item in split_experience_batch(e)]
+    merged = make_experience_batch(items[::-1])  # any order: the buffer shuffles
+    core, options = core_estimator(name)
+    expected = advantage_metrics(compute_advantages(rewards, core, group_size=n, **options))
+    assert expected["skipped_group_fraction"] == pytest.approx(2 / 6)
+    for key, value in expected.items():
+        logged = merged.info[f"advbudget/{key}"]
+        assert logged.shape == (6 * n,)
+        assert logged.float().mean().item() == pytest.approx(value, rel=1e-5, abs=1e-6), key
