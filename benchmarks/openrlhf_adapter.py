@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import copy
 import datetime
+import gc
 import itertools
 import json
 import os
@@ -201,13 +202,21 @@ def check_agreement(calls: dict[str, Callable[[list[Any]], Any]], batch: list[An
 
 
 def time_call(run: Callable[[list[Any]], Any], batch: list[Any], repeats: int) -> list[float]:
-    """Seconds per call, each on a fresh copy of the experiences (the step mutates them)."""
+    """Seconds per call, each on a fresh copy of the experiences (the step mutates them),
+    with the garbage collector off as ``timeit`` does: a collection triggered inside a call
+    walks every object of the process (here the thousands of copied experiences) and costs
+    whichever path happens to trigger it."""
     seconds = []
     for _ in range(repeats + 1):  # the first call warms up
         fresh = copy.deepcopy(batch)
-        start = time.perf_counter()
-        run(fresh)
-        seconds.append(time.perf_counter() - start)
+        gc.collect()
+        gc.disable()
+        try:
+            start = time.perf_counter()
+            run(fresh)
+            seconds.append(time.perf_counter() - start)
+        finally:
+            gc.enable()
     return seconds[1:]
 
 

@@ -137,7 +137,7 @@ def compute_advantages_and_returns(
         "return": reward.sum(-1),
     }
     metrics = sample_metrics(result, order)
-    starts = list(itertools.accumulate(sizes, initial=0))
+    starts = list(itertools.accumulate([0, *sizes[:-1]]))  # each experience's first sample
 
     # Each experience gets views of batch tensors when Ray ships a view's own elements,
     # else copies: a view pickled by default carries its whole storage through Ray.
@@ -149,7 +149,7 @@ def compute_advantages_and_returns(
         layout.blocks(returns_flat),
         layout.blocks(returns_flat.clone()),
         *(values.split(sizes) for values in info.values()),
-        strict=False,  # starts has one more entry
+        strict=True,
     )
     for experience, start, returns_block, advantages_block, *info_values in parts:
         if copy:
