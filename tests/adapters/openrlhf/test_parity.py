@@ -7,6 +7,8 @@ from __future__ import annotations
 import copy
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("openrlhf")
 
@@ -137,3 +139,32 @@ def test_metrics_survive_openrlhf_batching_and_average_to_the_batch_values(name:
         logged = merged.info[f"advbudget/{key}"]
         assert logged.shape == (6 * n,)
         assert logged.float().mean().item() == pytest.approx(value, rel=1e-5, abs=1e-6), key
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    estimator=st.sampled_from(sorted(OURS)),
+    n=st.integers(2, 8),
+    prompts=st.integers(1, 6),
+    micro_batch=st.integers(1, 7),
+    length=st.integers(1, 24),
+    kl_coef=st.sampled_from([0.0, 0.01, 0.2]),
+    seed=st.integers(0, 2**16),
+)
+def test_any_layout_matches_openrlhf(
+    estimator: str, n: int, prompts: int, micro_batch: int, length: int, kl_coef: float, seed: int
+) -> None:
+    """Whatever the group size, micro-batching, widths and KL: OpenRLHF's numbers."""
+    experiences = make_experiences(
+        prompts, n, length=length, micro_batch=micro_batch, seed=seed, constant_groups=0
+    )
+    theirs = make_maker(make_args(estimator, n), kl_coef).compute_advantages_and_returns(
+        copy.deepcopy(experiences)
+    )
+    ours = compute_advantages_and_returns(
+        make_maker(make_args(OURS[estimator], n), kl_coef), copy.deepcopy(experiences)
+    )
+    for a, b in zip(theirs, ours, strict=True):
+        assert b.advantages.shape == a.advantages.shape
+        torch.testing.assert_close(b.advantages, a.advantages, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(b.info["return"], a.info["return"], rtol=1e-5, atol=1e-6)
