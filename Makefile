@@ -56,9 +56,9 @@ test-trl: $(VENV_TRL)/.installed
 bench-trl: $(VENV_TRL)/.installed
 	$(VENV_TRL)/bin/python benchmarks/trl_adapter.py
 
-# OpenRLHF pins flash-attn, which does not build without CUDA: its CPU environment installs
-# it --no-deps with the rest of its requirements by hand (GPU users: pip install
-# "advbudget[openrlhf]"), and the tests put import stubs for flash_attn and vllm on the path.
+# OpenRLHF pins flash-attn, which does not build without CUDA: the CPU environment installs
+# OpenRLHF --no-deps and its other requirements by hand (GPU users: pip install
+# "advbudget[openrlhf]"); the tests put import stubs for flash_attn and vllm on the path.
 VENV_OPENRLHF ?= .venv-openrlhf
 $(VENV_OPENRLHF)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV_OPENRLHF)

@@ -21,6 +21,10 @@ there: pass :data:`HOOK` as Ray's ``worker_process_setup_hook``::
 from __future__ import annotations
 
 import functools
+import importlib
+import importlib.abc
+import sys
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -30,21 +34,6 @@ from ._version import check_openrlhf_version
 
 HOOK = "advbudget.adapters.openrlhf.install"
 _MARK = "_advbudget_original"
-
-
-def _targets() -> list[tuple[Any, str, Callable[[Any], Any]]]:
-    """(class, method name, wrapper factory) of every method we patch."""
-    from openrlhf.trainer import ppo_trainer
-    from openrlhf.trainer.ppo_utils import experience_maker
-
-    return [
-        (
-            experience_maker.RemoteExperienceMaker,
-            "compute_advantages_and_returns",
-            _wrap_compute_advantages_and_returns,
-        ),
-        (ppo_trainer.BasePPOTrainer, "ppo_train", _wrap_ppo_train),
-    ]
 
 
 def _wrap_compute_advantages_and_returns(original: Any) -> Any:
@@ -71,27 +60,88 @@ def _wrap_ppo_train(original: Any) -> Any:
     return ppo_train_patched
 
 
-def install() -> None:
-    """Patch OpenRLHF's trainer in this process (idempotent); raises ImportError on an
-    OpenRLHF version the patch was not checked against."""
-    check_openrlhf_version()
-    for cls, name, wrap in _targets():
-        original = getattr(cls, name)
-        if hasattr(original, _MARK):
-            continue
+# module -> (class, method, wrapper factory): every method we patch.
+_TARGETS: dict[str, tuple[str, str, Callable[[Any], Any]]] = {
+    "openrlhf.trainer.ppo_utils.experience_maker": (
+        "RemoteExperienceMaker",
+        "compute_advantages_and_returns",
+        _wrap_compute_advantages_and_returns,
+    ),
+    "openrlhf.trainer.ppo_trainer": ("BasePPOTrainer", "ppo_train", _wrap_ppo_train),
+}
+
+
+def _patch(module: types.ModuleType) -> None:
+    cls_name, method, wrap = _TARGETS[module.__name__]
+    cls = getattr(module, cls_name)
+    original = getattr(cls, method)
+    if not hasattr(original, _MARK):
         patched = wrap(original)
         setattr(patched, _MARK, original)
-        setattr(cls, name, patched)
+        setattr(cls, method, patched)
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+    """Patches a target module right after it is first imported.
+
+    The hook runs at the start of every Ray worker (vLLM engines and model ranks too):
+    importing OpenRLHF's trainer there would pull in vLLM, DeepSpeed and transformers
+    (seconds per worker, before Ray has set the worker's GPUs). So nothing is imported until
+    OpenRLHF itself imports the module.
+    """
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname not in _TARGETS:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _PatchingLoader(spec.loader)
+                return spec
+        return None
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+
+    def create_module(self, spec: Any) -> Any:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        self.loader.exec_module(module)
+        _patch(module)
+
+
+def install() -> None:
+    """Patch OpenRLHF's trainer in this process (idempotent): the modules already imported
+    now, the others when they are imported. Raises ImportError on an OpenRLHF version the
+    patch was not checked against."""
+    check_openrlhf_version()
+    if not any(isinstance(finder, _PatchOnImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _PatchOnImport())
+    for name in _TARGETS:
+        if name in sys.modules:
+            _patch(sys.modules[name])
 
 
 def uninstall() -> None:
-    """Restore OpenRLHF's own methods (a no-op when not installed)."""
-    for cls, name, _ in _targets():
-        original = getattr(getattr(cls, name), _MARK, None)
-        if original is not None:
-            setattr(cls, name, original)
+    """Restore OpenRLHF's own methods and stop patching on import."""
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _PatchOnImport)]
+    for name, (cls_name, method, _) in _TARGETS.items():
+        if name in sys.modules:
+            cls = getattr(sys.modules[name], cls_name)
+            original = getattr(getattr(cls, method), _MARK, None)
+            if original is not None:
+                setattr(cls, method, original)
 
 
 def is_installed() -> bool:
-    """Whether the patch is active in this process."""
-    return all(hasattr(getattr(cls, name), _MARK) for cls, name, _ in _targets())
+    """Whether OpenRLHF's trainer, once imported, runs patched in this process (imports it)."""
+    for name, (cls_name, method, _) in _TARGETS.items():
+        module = importlib.import_module(name)
+        if not hasattr(getattr(getattr(module, cls_name), method), _MARK):
+            return False
+    return True

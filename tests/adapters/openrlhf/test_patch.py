@@ -4,6 +4,9 @@ through ``worker_process_setup_hook``."""
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -23,6 +26,31 @@ def patched():  # type: ignore[no-untyped-def]
     adapter.install()
     yield
     adapter.uninstall()
+
+
+def test_hook_imports_nothing_heavy_and_patches_on_import() -> None:
+    """The hook runs at the start of every Ray worker: it must not import OpenRLHF's
+    trainer (vLLM, DeepSpeed, transformers); the patch applies when OpenRLHF imports it."""
+    script = (
+        "import sys\n"
+        "import advbudget.adapters.openrlhf as adapter\n"
+        "adapter.install()\n"
+        "heavy = [m for m in ('torch', 'openrlhf', 'vllm', 'deepspeed', 'transformers', 'ray')"
+        " if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+        "from openrlhf.trainer.ppo_trainer import BasePPOTrainer\n"
+        "from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker\n"
+        "assert hasattr(BasePPOTrainer.ppo_train, '_advbudget_original')\n"
+        "assert hasattr(RemoteExperienceMaker.compute_advantages_and_returns,"
+        " '_advbudget_original')\n"
+        "print('patched on import')\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", script],
+        capture_output=True, text=True, env=dict(os.environ), timeout=300, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "patched on import" in out.stdout
 
 
 def test_install_is_idempotent_and_reversible() -> None:
