@@ -31,6 +31,30 @@ def _main() -> None:
 
 
 @app.command()
+def estimators(
+    markdown: Annotated[
+        bool, typer.Option("--markdown", help="Print the docs page (docs/estimators.md).")
+    ] = False,
+) -> None:
+    """List every estimator of the catalogue (plugins included) and its names in each trainer."""
+    from ._estimators_page import estimators_markdown
+    from .core import CONVENTIONS, get_spec
+
+    if markdown:
+        typer.echo(estimators_markdown(), nl=False)
+        return
+    table = Table(title="Estimators (--markdown: the full page, with options)")
+    table.add_column("name (TRL)")
+    table.add_column("advantage")
+    table.add_column("verl / OpenRLHF")
+    verl = CONVENTIONS["verl"]
+    for name in estimator_names():
+        spec = get_spec(name)
+        table.add_row(", ".join(spec.names), spec.formula, verl.name_of(spec.name))
+    Console().print(table)
+
+
+@app.command()
 def explain(
     group_size: Annotated[
         int, typer.Option("--group-size", "-G", min=2, help="Rollouts per prompt.")

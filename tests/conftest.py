@@ -32,6 +32,16 @@ def load_namespace(name: str) -> Any:
     return array_api_compat.array_namespace(module.zeros(1))
 
 
+@pytest.fixture(autouse=True)
+def _restore_estimator_registry() -> Any:
+    """Whatever a test registers is gone after it: registry state never leaks."""
+    from advbudget.core import _catalogue
+
+    state = _catalogue.snapshot()
+    yield
+    _catalogue.restore(state)
+
+
 @pytest.fixture(params=BACKENDS)
 def xp(request: pytest.FixtureRequest) -> Any:
     return load_namespace(request.param)

@@ -1,4 +1,10 @@
-"""The framework-agnostic core: estimators on the Python Array API standard."""
+"""The framework-agnostic core: estimators on the Python Array API standard.
+
+Data flow, one module per step: ``_groups`` (who belongs to which prompt) -> ``_stats``
+(group statistics) -> ``_estimators`` (the maths), named in ``_catalogue`` (options,
+inputs, skip rules) -> ``_compute`` (checks and orchestration) -> ``_result``; per-framework
+conventions in ``_conventions``; the public functions in ``_advantages``.
+"""
 
 from ._advantages import (
     budget_advantage,
@@ -6,32 +12,47 @@ from ._advantages import (
     group_normalized_advantage,
     rloo_advantage,
 )
-from ._compute import (
-    AdvantageResult,
+from ._catalogue import (
     Estimator,
-    compute_advantages,
+    EstimatorSpec,
+    Input,
+    Option,
     estimator_names,
     get_estimator,
-    make_groups,
+    get_spec,
     register_estimator,
+    unregister_estimator,
 )
-from ._estimators import GroupedRewards
+from ._compute import DEFAULT_TIE_ATOL, DEFAULT_TIE_RTOL, compute_advantages, make_groups
+from ._conventions import CONVENTIONS, Convention, get_convention
 from ._groups import Groups
+from ._result import AdvantageResult
+from ._stats import GroupedRewards
 from ._tokens import token_advantages
 
 __all__ = [
+    "CONVENTIONS",
+    "DEFAULT_TIE_ATOL",
+    "DEFAULT_TIE_RTOL",
     "AdvantageResult",
+    "Convention",
     "Estimator",
+    "EstimatorSpec",
     "GroupedRewards",
     "Groups",
+    "Input",
+    "Option",
     "budget_advantage",
     "compute_advantages",
     "dr_advantage",
     "estimator_names",
+    "get_convention",
     "get_estimator",
+    "get_spec",
     "group_normalized_advantage",
     "make_groups",
     "register_estimator",
     "rloo_advantage",
     "token_advantages",
+    "unregister_estimator",
 ]

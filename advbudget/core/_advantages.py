@@ -11,8 +11,8 @@ from typing import Any
 
 from ._arrays import Array
 from ._compute import DEFAULT_TIE_ATOL, DEFAULT_TIE_RTOL, NanPolicy, compute_advantages
-from ._estimators import Singletons
 from ._groups import Groups
+from ._stats import Singletons
 
 
 def budget_advantage(

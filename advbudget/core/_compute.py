@@ -1,147 +1,31 @@
-"""From a batch of rewards to advantages: input checks, the estimator registry, results.
+"""From a batch of rewards to advantages: the one orchestration every caller goes through.
 
-The flow is: rewards + grouping -> ``GroupedRewards`` (stats shared by all estimators)
--> estimator -> advantages, plus the ``valid`` mask and the per-group numbers that the
-metrics need (``AdvantageResult``).
+The flow is: rewards + grouping (``_groups``) -> checks (``_checks`` and here) ->
+``GroupedRewards`` (``_stats``: stats shared by all estimators) -> the estimator named in
+the catalogue (``_catalogue``, maths in ``_estimators``) -> ``AdvantageResult``
+(``_result``: advantages, the ``valid`` mask and per-group numbers).
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any, Literal
 
-from . import _estimators
-from ._arrays import Array, as_array, compute_dtype, device_of, is_traced
-from ._estimators import GroupedRewards, Singletons, group_rewards
+from . import _checks
+from ._arrays import Array, as_array, backend, compute_dtype, device_of, is_traced
+from ._catalogue import Estimator, EstimatorSpec, get_spec, spec_from_function
 from ._groups import GroupMethod, Groups, build_groups
+from ._result import AdvantageResult
+from ._stats import GroupedRewards, Singletons, group_rewards
 
 NanPolicy = Literal["raise", "omit"]
-
-Estimator = Callable[..., Array]
-"""``estimator(grouped: GroupedRewards, **options) -> advantages as rows``."""
-
-_ESTIMATORS: dict[str, Estimator] = {
-    "budget": _estimators.budget,
-    "grpo": _estimators.group_normalized,
-    "dr": _estimators.dr,
-    "rloo": _estimators.rloo,
-}
-# The names the frameworks and the paper use for the same estimators.
-_ALIASES = {"reward_budget": "budget", "group_norm": "grpo", "dr_grpo": "dr"}
 
 DEFAULT_TIE_RTOL = 1e-6
 DEFAULT_TIE_ATOL = 1e-6
 
 
-def register_estimator(
-    name: str, estimator: Estimator | None = None, *, replace: bool = False
-) -> Any:
-    """Register ``estimator`` under ``name`` for :func:`compute_advantages` and the adapters.
-
-    An estimator receives the batch as :class:`GroupedRewards` (rewards by group, their
-    gaps to the group minimum, counts, the skipped groups and group reductions) and the
-    options given to :func:`compute_advantages`, and returns advantages as rows. Use it
-    directly or as a decorator.
-
-    Examples:
-        >>> import numpy as np
-        >>> from advbudget import register_estimator, compute_advantages
-        >>> @register_estimator("doubled_dr", replace=True)
-        ... def doubled_dr(grouped):
-        ...     mean = grouped.sum(grouped.gap) / grouped.count
-        ...     keep = grouped.xp.astype(grouped.kept(), grouped.gap.dtype)
-        ...     return 2 * (grouped.gap - grouped.expand(mean)) * grouped.expand(keep)
-        >>> rewards = np.array([1.0, 0.0, 1.0, 1.0])
-        >>> compute_advantages(rewards, "doubled_dr", group_size=2).advantages
-        array([ 1., -1.,  0.,  0.])
-    """
-    if estimator is None:
-        return lambda fn: register_estimator(name, fn, replace=replace)
-    if not isinstance(name, str) or not name:
-        raise TypeError(f"name: expected a non-empty string, got {name!r}")
-    if not callable(estimator):
-        raise TypeError(f"estimator: expected a callable, got {type(estimator).__name__}")
-    taken = name in _ESTIMATORS or name in _ALIASES
-    if taken and not replace and _ESTIMATORS.get(name) is not estimator:
-        raise ValueError(f"name: {name!r} is already registered; pass replace=True to replace it")
-    _ESTIMATORS[name] = estimator
-    return estimator
-
-
-def estimator_names() -> list[str]:
-    """The registered estimator names (aliases not included)."""
-    return list(_ESTIMATORS)
-
-
-def get_estimator(name: str) -> Estimator:
-    """The estimator registered under ``name`` (or one of its aliases)."""
-    resolved = _ALIASES.get(name, name)
-    if resolved not in _ESTIMATORS:
-        known = ", ".join(repr(n) for n in [*_ESTIMATORS, *_ALIASES])
-        raise ValueError(f"estimator: expected one of {known} or a callable, got {name!r}")
-    return _ESTIMATORS[resolved]
-
-
-@dataclass(frozen=True, eq=False)
-class AdvantageResult:
-    """Advantages of one batch, with what trainers and metrics need beside them.
-
-    Attributes:
-        advantages: one advantage per rollout, ``[N]``, namespace and device of the
-            rewards, compute dtype (float32 at least).
-        estimator: the estimator's name.
-        groups: the grouping used; pass it as ``groups=`` to reuse it.
-        group_skipped: ``[M]`` bool, True for groups that got no update (no reward gap,
-            a group of one, or no reward at all).
-    """
-
-    advantages: Array
-    estimator: str
-    groups: Groups
-    group_skipped: Array
-    grouped: GroupedRewards = field(repr=False)
-    advantage_rows: Array = field(repr=False)
-
-    @cached_property
-    def valid(self) -> Array:
-        """``[N]`` bool: the rollout takes part in the update (its group was not skipped
-        and its reward was not NaN). Trainers drop the others from loss normalisation."""
-        g = self.grouped
-        keep = g.xp.broadcast_to(g.expand(g.kept()), self.advantage_rows.shape)
-        if g.present is not None:
-            keep = keep & g.present
-        return self.groups.flat(keep)
-
-    @cached_property
-    def group_index(self) -> Array:
-        """``[N]`` int: the group of each rollout, ``0..M-1`` (order of ``group_skipped``)."""
-        return self.groups.group_index()
-
-    @cached_property
-    def group_advantage_gap(self) -> Array:
-        """``[M]``: largest minus smallest advantage in each group (0 for skipped)."""
-        g, rows = self.grouped, self.advantage_rows
-        high = rows if g.present is None else g.xp.where(g.present, rows, -math.inf)
-        low = rows if g.present is None else g.xp.where(g.present, rows, math.inf)
-        gap = self.groups.per_group(self.groups.max(high) - self.groups.min(low))
-        return g.xp.where(self.group_skipped, g.xp.zeros_like(gap), gap)
-
-    @property
-    def num_groups(self) -> int:
-        return self.groups.num_groups
-
-    @property
-    def num_skipped(self) -> int:
-        """How many groups got no update (reads the value back from the device)."""
-        return int(self.grouped.xp.count_nonzero(self.group_skipped))
-
-
 def compute_advantages(
     rewards: Any,
-    estimator: str | Estimator = "budget",
+    estimator: str | Estimator | EstimatorSpec = "budget",
     /,
     *,
     group_size: int | None = None,
@@ -157,9 +41,11 @@ def compute_advantages(
 
     Args:
         rewards: ``[N]`` one scalar reward per rollout; any Array API array or a list.
-        estimator: ``"budget"``, ``"grpo"``, ``"dr"``, ``"rloo"`` (or an alias:
-            ``"reward_budget"``, ``"group_norm"``, ``"dr_grpo"``), a name added with
-            :func:`register_estimator`, or an estimator callable.
+        estimator: a name from the catalogue (``"budget"``, ``"grpo"``, ``"dr"``,
+            ``"rloo"``, ... or an alias: ``"reward_budget"``, ``"group_norm"``,
+            ``"dr_grpo"``; all listed by :func:`estimator_names` and in the docs'
+            estimator page), a name added with :func:`register_estimator`, an
+            :class:`EstimatorSpec`, or an estimator callable.
         group_size: contiguous groups of this size (rollouts ``0..G-1`` are one prompt's).
         group_ids: one label per rollout (ints or strings, any order, any group sizes).
         groups: a :class:`Groups` from an earlier result, instead of the two above.
@@ -171,7 +57,8 @@ def compute_advantages(
             (default 1e-6: float32 rounding noise is a tie). 0 and 0 skip only exact ties.
         singletons: ``"skip"`` (default) gives a group of one advantage 0; ``"raw"``
             scores it against a baseline of 0 and unit std, as verl does (not for budget).
-        **options: the estimator's own options (``budget=``; ``eps=``, ``std_correction=``).
+        **options: the estimator's own options (``budget=``; ``eps=``, ``std_correction=``)
+            and extra inputs (``response_lengths=``: one value per rollout).
 
     Returns:
         An :class:`AdvantageResult`.
@@ -186,13 +73,15 @@ def compute_advantages(
         >>> res.valid.tolist(), res.num_skipped
         ([True, True, True, True, True, True], 0)
     """
-    if callable(estimator):
-        fn, name = estimator, getattr(estimator, "__name__", "custom")
-    elif isinstance(estimator, str):
-        fn, name = get_estimator(estimator), _ALIASES.get(estimator, estimator)
-    else:
-        raise TypeError(f"estimator: expected a name or a callable, got {type(estimator).__name__}")
-    grouped = prepare(
+    spec = _spec_of(estimator)
+    given_inputs = {i.name: options.pop(i.name) for i in spec.inputs if i.name in options}
+    resolved = spec.resolve_options(options)
+    if singletons == "raw" and not spec.raw_singletons:
+        raise ValueError(
+            f"singletons: expected 'skip' for the {spec.name} estimator (a group of one has "
+            "no reward gap to share out), got 'raw'"
+        )
+    grouped = group_checked(
         rewards,
         group_size=group_size,
         group_ids=group_ids,
@@ -201,16 +90,70 @@ def compute_advantages(
         tie_rtol=tie_rtol,
         tie_atol=tie_atol,
         singletons=singletons,
+        skip_ties=spec.skips == "ties",
     )
-    rows = fn(grouped, **options)
+    inputs = _input_rows(spec, given_inputs, grouped)
+    rows = spec.fn(grouped, **resolved, **inputs)
     return AdvantageResult(
         advantages=grouped.groups.flat(rows),
-        estimator=name,
+        estimator=spec.name,
         groups=grouped.groups,
         group_skipped=grouped.groups.per_group(grouped.skipped),
         grouped=grouped,
         advantage_rows=rows,
     )
+
+
+def _spec_of(estimator: Any) -> EstimatorSpec:
+    if isinstance(estimator, EstimatorSpec):
+        return estimator
+    if isinstance(estimator, str):
+        return get_spec(estimator)
+    if callable(estimator):
+        return spec_from_function(getattr(estimator, "__name__", "custom"), estimator)
+    raise TypeError(
+        "estimator: expected a name, an EstimatorSpec or a callable, "
+        f"got {type(estimator).__name__}"
+    )
+
+
+def _input_rows(
+    spec: EstimatorSpec, given: dict[str, Any], grouped: GroupedRewards
+) -> dict[str, Array]:
+    """The estimator's extra inputs, checked like the rewards and laid out as rows."""
+    xp, groups = grouped.xp, grouped.groups
+    out: dict[str, Array] = {}
+    for declared in spec.inputs:
+        value = given.get(declared.name)
+        if value is None:
+            if declared.required:
+                raise ValueError(
+                    f"{declared.name}: the {spec.name} estimator needs {declared.doc} "
+                    f"(one value per rollout, [{groups.num_rollouts}]), got None"
+                )
+            continue
+        array, array_xp = as_array(value, declared.name)
+        if array_xp is not xp and not is_traced(array):
+            raise TypeError(
+                f"{declared.name}: expected a {backend(xp)} array like rewards, "
+                f"got a {backend(array_xp)} one"
+            )
+        if tuple(array.shape) != (groups.num_rollouts,):
+            raise ValueError(
+                f"{declared.name}: expected one value per rollout, shape "
+                f"({groups.num_rollouts},), got shape {tuple(array.shape)}"
+            )
+        if not is_traced(array) and device_of(array) != groups.device:
+            raise ValueError(
+                f"{declared.name}: expected an array on the device of rewards "
+                f"({groups.device}), got one on {device_of(array)}"
+            )
+        dtype = grouped.rewards.dtype
+        array = xp.astype(array, dtype) if array.dtype != dtype else array
+        if not is_traced(array) and not bool(xp.all(xp.isfinite(array))):
+            raise ValueError(f"{declared.name}: expected finite numbers, got NaN or inf")
+        out[declared.name] = groups.rows(array)
+    return out
 
 
 def make_groups(
@@ -259,7 +202,7 @@ def make_groups(
     )
 
 
-def prepare(
+def group_checked(
     rewards: Any,
     *,
     group_size: int | None = None,
@@ -269,7 +212,7 @@ def prepare(
     tie_rtol: float = DEFAULT_TIE_RTOL,
     tie_atol: float = DEFAULT_TIE_ATOL,
     singletons: Singletons = "skip",
-    method: GroupMethod = "auto",
+    skip_ties: bool = True,
 ) -> GroupedRewards:
     """Check the inputs and group the rewards: everything before the estimator."""
     rewards, xp = as_array(rewards, "rewards")
@@ -281,10 +224,10 @@ def prepare(
     num_rollouts = int(rewards.shape[0])
     if num_rollouts == 0:
         raise ValueError("rewards: expected at least one rollout, got an empty array")
-    _check_choice("nan_policy", nan_policy, ("raise", "omit"))
-    _check_choice("singletons", singletons, ("skip", "raw"))
-    _check_tolerance("tie_rtol", tie_rtol)
-    _check_tolerance("tie_atol", tie_atol)
+    _checks.choice("nan_policy", nan_policy, ("raise", "omit"))
+    _checks.choice("singletons", singletons, ("skip", "raw"))
+    _checks.nonnegative_finite("tie_rtol", tie_rtol)
+    _checks.nonnegative_finite("tie_atol", tie_atol)
     device = device_of(rewards)
     dtype = compute_dtype(xp, rewards.dtype, device, "rewards")
     if rewards.dtype != dtype:
@@ -299,7 +242,6 @@ def prepare(
             xp=xp,
             device=device,
             like=rewards,
-            method=method,
         )
     else:
         _check_groups(groups, group_size, group_ids, rewards, xp, device)
@@ -310,6 +252,7 @@ def prepare(
         tie_rtol=tie_rtol,
         tie_atol=tie_atol,
         singletons=singletons,
+        skip_ties=skip_ties,
     )
 
 
@@ -343,17 +286,6 @@ def _where_true(xp: Any, mask: Array) -> str:
     positions = xp.nonzero(mask)[0]
     count = int(positions.shape[0])
     return f"{count} of {mask.shape[0]} (first at index {int(positions[0])})"
-
-
-def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"{name}: expected one of {choices}, got {value!r}")
-
-
-def _check_tolerance(name: str, value: object) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not (ok and math.isfinite(value) and value >= 0):  # type: ignore[arg-type,operator]
-        raise ValueError(f"{name}: expected a finite number >= 0, got {value!r}")
 
 
 def _check_groups(

@@ -1,0 +1,92 @@
+"""The estimator catalogue as a Markdown page (``docs/estimators.md``, ``advbudget
+estimators --markdown``): generated from the catalogue and the conventions table, so the
+page cannot drift from the code (a test compares them)."""
+
+from __future__ import annotations
+
+from .core import CONVENTIONS, EstimatorSpec
+from .core._catalogue import specs
+
+HEADER = """# Estimators
+
+Every outcome advantage estimator advbudget computes, generated from its catalogue
+(`advbudget estimators --markdown > docs/estimators.md`; a test checks that this page is
+what that command prints). Each runs on numpy, torch, jax and any Array API namespace
+through `compute_advantages(rewards, NAME, ...)`, and in every trainer by name: `NAME`
+(or an alias) in TRL's `advantage_estimator=`, `advbudget_NAME` in verl's
+`algorithm.adv_estimator=` and OpenRLHF's `--algo.advantage.estimator`. An estimator a
+trainer also has itself (its *mirror*, named in the table) keeps that trainer's constants
+there, so switching to our name changes no number; every other keeps the core's defaults.
+Add your own with `register_estimator` or an `advbudget.estimators` entry point: it then
+appears here and in every trainer.
+
+G is the group's size, r a rollout's reward, mean / std / min the group's.
+"""
+
+
+def _code(text: str) -> str:
+    return f"`{text}`"
+
+
+def _options(spec: EstimatorSpec) -> str:
+    if not spec.options:
+        return "none"
+    return ", ".join(
+        f"`{o.name}={o.default!r}`" + (f" ({o.doc})" if o.doc else "") for o in spec.options
+    )
+
+
+def _frameworks(spec: EstimatorSpec) -> str:
+    parts = []
+    for convention in CONVENTIONS.values():
+        names = " / ".join(_code(convention.name_of(n)) for n in spec.names)
+        names += "".join(
+            f" / {_code(extra)}"
+            for extra, core in convention.extra_names.items()
+            if core == spec.name
+        )
+        own = convention.own_names.get(spec.name)
+        mirror = f" (mirrors {convention.framework}'s {own})" if own else ""
+        parts.append(f"{convention.framework}: {names}{mirror}")
+    return "; ".join(parts)
+
+
+def _skips(spec: EstimatorSpec) -> str:
+    if spec.skips == "never":
+        return (
+            "never (only groups without any reward): its advantages are not 0 on a constant group"
+        )
+    singles = (
+        '; verl\'s groups of one are scored raw (`singletons="raw"`)' if spec.raw_singletons else ""
+    )
+    return f"groups with no reward gap, or of one{singles}"
+
+
+def estimators_markdown() -> str:
+    """The page: a summary table, then one section per estimator."""
+    lines = [HEADER, "| name | advantage | from |", "|---|---|---|"]
+    for spec in specs():
+        aliases = "".join(f", `{a}`" for a in spec.aliases)
+        lines.append(f"| `{spec.name}`{aliases} | {spec.formula} | {spec.reference} |")
+    for spec in specs():
+        lines += ["", f"## `{spec.name}`", ""]
+        lines.append(f"- **advantage**: {spec.formula}")
+        lines.append(f"- **from**: {spec.reference}")
+        if spec.aliases:
+            lines.append(f"- **aliases**: {', '.join(_code(a) for a in spec.aliases)}")
+        lines.append(f"- **options**: {_options(spec)}")
+        inputs = ", ".join(f"`{i.name}=` ({i.doc})" for i in spec.inputs) or "none"
+        lines.append(f"- **extra inputs**: {inputs}")
+        lines.append(f"- **skipped groups**: {_skips(spec)}")
+        if spec.batch_statistics:
+            lines.append(f"- **batch statistics**: {spec.batch_statistics}")
+        lines.append(f"- **in the trainers**: {_frameworks(spec)}")
+    lines += [
+        "",
+        "## Where each trainer gets the whole batch",
+        "",
+        "Estimators with batch statistics need every rollout of the step at once:",
+        "",
+    ]
+    lines += [f"- {c.framework}: {c.whole_batch}." for c in CONVENTIONS.values()]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,179 @@
+"""Each framework's conventions, as data: one row per trainer, read by its adapter.
+
+A framework names our estimators its own way (verl and OpenRLHF ``advbudget_<name>``,
+TRL the core name) and computes the estimators it has itself with its own constants
+(GRPO's eps, exact ties, verl's raw-reward groups of one). The rule, for every adapter:
+
+- an estimator the framework has too (a *mirror*: ``own_names``) keeps the framework's
+  conventions, so switching to our name changes no number;
+- every other estimator (budget, a plugin's) keeps the core's defaults: ties within 1e-6
+  are ties, a group of one is skipped.
+
+Adapters contain no constants of their own: they call :meth:`Convention.settings`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from ._catalogue import all_names, get_spec, specs
+from ._compute import DEFAULT_TIE_ATOL, DEFAULT_TIE_RTOL
+from ._stats import Singletons
+
+
+def _frozen(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(mapping))
+
+
+@dataclass(frozen=True)
+class Convention:
+    """How one framework computes the advantages it has, and how it names ours.
+
+    Attributes:
+        framework: ``"verl"``, ``"trl"`` or ``"openrlhf"``.
+        version: the framework versions the row was read from (and is tested against).
+        own_names: core estimator -> the framework's own estimator computing the same
+            advantages (its mirror).
+        options: core estimator -> the framework's values of its options (mirrors only).
+        singletons: how the framework scores a group of one (mirrors only).
+        exact_ties: the framework skips only exactly equal rewards (mirrors only).
+        prefix: our estimators' names in the framework are ``prefix + name`` for every
+            name and alias in the catalogue.
+        extra_names: further framework names (kept from earlier releases).
+        metric_prefix: the key prefix of our metrics in the framework's logs.
+        kappa_every: κ_eff is logged every this many steps by default (0: off).
+        whole_batch: how the adapter hands the core the whole batch (for estimators with
+            batch statistics).
+    """
+
+    framework: str
+    version: str
+    own_names: Mapping[str, str]
+    options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    singletons: Singletons = "skip"
+    exact_ties: bool = True
+    prefix: str = "advbudget_"
+    extra_names: Mapping[str, str] = field(default_factory=dict)
+    metric_prefix: str = "advbudget/"
+    kappa_every: int = 10
+    whole_batch: str = ""
+
+    def name_of(self, estimator: str) -> str:
+        """The framework's name for core estimator (or alias) ``estimator``.
+
+        Examples:
+            >>> from advbudget.core import get_convention
+            >>> get_convention("verl").name_of("budget"), get_convention("trl").name_of("dr")
+            ('advbudget_budget', 'dr')
+        """
+        return self.prefix + estimator
+
+    def names(self) -> dict[str, str]:
+        """Every framework name of our estimators -> its core name (the whole catalogue,
+        plugins included)."""
+        out = {self.name_of(name): get_spec(name).name for name in all_names()}
+        out.update(self.extra_names)
+        return out
+
+    def core_name(self, name: str) -> str:
+        """The core estimator behind framework name ``name``; a clear error if none."""
+        known = self.names()
+        if name not in known:
+            raise ValueError(
+                f"estimator: expected one of {', '.join(sorted(known))} in {self.framework}, "
+                f"got {name!r}"
+            )
+        return known[name]
+
+    def is_mirror(self, estimator: str) -> bool:
+        """Whether the framework computes ``estimator`` itself."""
+        return get_spec(estimator).name in self.own_names
+
+    def settings(
+        self, estimator: str, overrides: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Keyword arguments of :func:`~advbudget.compute_advantages` for ``estimator`` in
+        this framework: the conventions above, then ``overrides`` (the user's options).
+
+        Examples:
+            >>> from advbudget.core import get_convention
+            >>> get_convention("openrlhf").settings("grpo")  # OpenRLHF's group_norm
+            {'tie_rtol': 0.0, 'tie_atol': 0.0, 'singletons': 'skip', 'eps': 1e-09,
+             'std_correction': 1}
+            >>> get_convention("verl").settings("budget", {"budget": 0.5})
+            {'tie_rtol': 1e-06, 'tie_atol': 1e-06, 'singletons': 'skip', 'budget': 0.5}
+        """
+        spec = get_spec(estimator)
+        mirror = spec.name in self.own_names
+        exact = mirror and self.exact_ties
+        out: dict[str, Any] = {
+            "tie_rtol": 0.0 if exact else DEFAULT_TIE_RTOL,
+            "tie_atol": 0.0 if exact else DEFAULT_TIE_ATOL,
+            "singletons": self.singletons if mirror and spec.raw_singletons else "skip",
+        }
+        if mirror:
+            out.update(self.options.get(spec.name, {}))
+        out.update(overrides or {})
+        return out
+
+    def option_names(self) -> list[str]:
+        """Every option name of the catalogue (one flag or key each in the framework)."""
+        seen: dict[str, None] = {}
+        for spec in specs():
+            for option in spec.options:
+                seen.setdefault(option.name)
+        return list(seen)
+
+
+VERL = Convention(
+    framework="verl",
+    version="0.9.1",
+    own_names=_frozen(
+        {
+            "grpo": "grpo",
+            "dr": "grpo with norm_adv_by_std_in_grpo=False",
+            "rloo": "rloo",
+        }
+    ),
+    options=_frozen({"grpo": {"eps": 1e-6, "std_correction": 1}}),
+    singletons="raw",
+    extra_names=_frozen({"reward_budget": "budget"}),
+    whole_batch="verl calls the estimator once on the whole batch, in its TaskRunner",
+)
+
+OPENRLHF = Convention(
+    framework="openrlhf",
+    version="0.11.2",
+    own_names=_frozen({"grpo": "group_norm", "dr": "dr_grpo", "rloo": "rloo"}),
+    options=_frozen({"grpo": {"eps": 1e-9, "std_correction": 1}}),
+    extra_names=_frozen({"reward_budget": "budget"}),
+    whole_batch="every experience of the step, concatenated, in the PPOTrainer actor",
+)
+
+TRL = Convention(
+    framework="trl",
+    version="1.16",
+    own_names=_frozen(
+        {
+            "grpo": 'GRPOTrainer scale_rewards="group"',
+            "dr": 'GRPOTrainer scale_rewards="none"',
+            "rloo": "RLOOTrainer",
+        }
+    ),
+    options=_frozen({"grpo": {"eps": 1e-4, "std_correction": 1}}),
+    prefix="",
+    kappa_every=0,
+    whole_batch="the rewards gathered from every process (TRL's _calculate_rewards)",
+)
+
+CONVENTIONS: Mapping[str, Convention] = _frozen({c.framework: c for c in (VERL, OPENRLHF, TRL)})
+
+
+def get_convention(framework: str) -> Convention:
+    """The :class:`Convention` row of ``framework`` (``"verl"``, ``"trl"``, ``"openrlhf"``)."""
+    if framework not in CONVENTIONS:
+        raise ValueError(f"framework: expected one of {sorted(CONVENTIONS)}, got {framework!r}")
+    return CONVENTIONS[framework]

@@ -1,0 +1,66 @@
+"""What comes back from an estimator: the advantages, with what trainers and metrics
+need beside them (the ``valid`` mask, per-group skips and advantage gaps)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from ._arrays import Array
+from ._groups import Groups
+from ._stats import GroupedRewards
+
+
+@dataclass(frozen=True, eq=False)
+class AdvantageResult:
+    """Advantages of one batch, with what trainers and metrics need beside them.
+
+    Attributes:
+        advantages: one advantage per rollout, ``[N]``, namespace and device of the
+            rewards, compute dtype (float32 at least).
+        estimator: the estimator's name.
+        groups: the grouping used; pass it as ``groups=`` to reuse it.
+        group_skipped: ``[M]`` bool, True for groups that got no update (no reward gap,
+            a group of one, or no reward at all).
+    """
+
+    advantages: Array
+    estimator: str
+    groups: Groups
+    group_skipped: Array
+    grouped: GroupedRewards = field(repr=False)
+    advantage_rows: Array = field(repr=False)
+
+    @cached_property
+    def valid(self) -> Array:
+        """``[N]`` bool: the rollout takes part in the update (its group was not skipped
+        and its reward was not NaN). Trainers drop the others from loss normalisation."""
+        g = self.grouped
+        keep = g.xp.broadcast_to(g.expand(g.kept()), self.advantage_rows.shape)
+        if g.present is not None:
+            keep = keep & g.present
+        return self.groups.flat(keep)
+
+    @cached_property
+    def group_index(self) -> Array:
+        """``[N]`` int: the group of each rollout, ``0..M-1`` (order of ``group_skipped``)."""
+        return self.groups.group_index()
+
+    @cached_property
+    def group_advantage_gap(self) -> Array:
+        """``[M]``: largest minus smallest advantage in each group (0 for skipped)."""
+        g, rows = self.grouped, self.advantage_rows
+        high = rows if g.present is None else g.xp.where(g.present, rows, -math.inf)
+        low = rows if g.present is None else g.xp.where(g.present, rows, math.inf)
+        gap = self.groups.per_group(self.groups.max(high) - self.groups.min(low))
+        return g.xp.where(self.group_skipped, g.xp.zeros_like(gap), gap)
+
+    @property
+    def num_groups(self) -> int:
+        return self.groups.num_groups
+
+    @property
+    def num_skipped(self) -> int:
+        """How many groups got no update (reads the value back from the device)."""
+        return int(self.grouped.xp.count_nonzero(self.group_skipped))

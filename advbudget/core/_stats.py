@@ -1,0 +1,144 @@
+"""Group statistics shared by every estimator: rewards laid out by group, their gaps to
+the group minimum, counts, and which groups are skipped.
+
+Centring on the minimum makes a constant group exactly zero on every backend (the naive
+``r - mean`` is off by an ulp in float32) and lets the estimators share one gap array.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from ._arrays import Array, Namespace
+from ._groups import Groups
+
+Singletons = Literal["skip", "raw"]
+
+
+@dataclass(frozen=True, eq=False)
+class GroupedRewards:
+    """Rewards of one batch, laid out by group, with the statistics every estimator needs.
+
+    Attributes:
+        xp: the array namespace.
+        groups: the layout and its reductions (``sum``, ``min``, ``max``, ``expand``).
+        rewards: the rewards as rows, in the compute dtype.
+        present: bool rows, False for padding and for NaN rewards left out under
+            ``nan_policy="omit"``; None when every row is a rollout with a reward.
+        gap: ``reward - group minimum`` as rows, ``>= 0``, and 0 where not present.
+        count: rollouts with a reward in each group (stats, compute dtype).
+        skipped: stats, True for groups that get no update: no reward gap beyond the
+            tie tolerance, which includes groups of one unless ``singletons="raw"``.
+        raw_singletons: stats, True for groups of one that are scored against a baseline
+            of 0 (``singletons="raw"``, verl's convention); None otherwise.
+    """
+
+    xp: Namespace
+    groups: Groups
+    rewards: Array
+    present: Array | None
+    gap: Array
+    count: Array
+    skipped: Array
+    raw_singletons: Array | None
+
+    def sum(self, rows: Array) -> Array:
+        """Per-group sum of ``rows`` (as stats)."""
+        return self.groups.sum(rows)
+
+    def expand(self, stats: Array) -> Array:
+        """Per-group stats broadcast back against rows."""
+        return self.groups.expand(stats)
+
+    def only_present(self, rows: Array) -> Array:
+        """``rows`` with 0 wherever there is no rollout or no reward."""
+        return rows if self.present is None else self.xp.where(self.present, rows, 0)
+
+    def kept(self) -> Array:
+        """Stats, True for groups that get an update."""
+        return ~self.skipped
+
+
+def group_rewards(
+    rewards: Array,
+    groups: Groups,
+    *,
+    present: Array | None,
+    tie_rtol: float,
+    tie_atol: float,
+    singletons: Singletons,
+    skip_ties: bool = True,
+) -> GroupedRewards:
+    """Lay ``rewards`` ([N], compute dtype) out by group and compute the shared stats.
+
+    ``skip_ties=False`` is for estimators whose advantages are not zero on a group
+    without a reward gap (batch whitening, a given baseline): only groups with no reward
+    at all are skipped then.
+    """
+    xp = groups.xp
+    rows = groups.rows(rewards)
+    present_rows = groups.is_rollout
+    if present is not None:
+        present = groups.rows(present)
+        present_rows = present if present_rows is None else present_rows & present
+    if present_rows is None:
+        low, high = groups.min_max(rows)
+        count = groups.sizes(rows.dtype)
+        gap = rows - groups.expand(low)
+    else:
+        low = groups.min(xp.where(present_rows, rows, math.inf))
+        high = groups.max(xp.where(present_rows, rows, -math.inf))
+        count = groups.sum(xp.astype(present_rows, rows.dtype))
+        gap = xp.where(present_rows, rows - groups.expand(low), 0)
+    # Budgeting is scale-invariant, so a rounding-noise gap (0.1 + 0.2 vs 0.3) would
+    # hand one rollout the whole budget: such near-ties count as ties.
+    spread = high - low
+    scale = xp.maximum(xp.abs(high), xp.abs(low))
+    tie = ~(spread > tie_atol + tie_rtol * scale)  # also True with no reward (spread -inf)
+    if not skip_ties:
+        tie = ~(count > 0)
+    raw_singletons = None
+    if singletons == "raw":
+        raw_singletons = count == 1
+        tie = tie & ~raw_singletons
+    return GroupedRewards(xp, groups, rows, present_rows, gap, count, tie, raw_singletons)
+
+
+def safe(xp: Namespace, keep: Array, denominator: Array) -> Array:
+    """``denominator`` with 1 where ``keep`` is False, so skipped groups never divide by 0."""
+    return xp.where(keep, denominator, xp.ones_like(denominator))
+
+
+def deviation(g: GroupedRewards) -> Array:
+    """``reward - group mean`` as rows (0 where not present)."""
+    mean = g.sum(g.gap) / safe(g.xp, g.count > 0, g.count)
+    return g.only_present(g.gap - g.expand(mean))
+
+
+def with_raw_singletons(g: GroupedRewards, advantages: Array, scale: float = 1.0) -> Array:
+    """Score groups of one against a baseline of 0 (verl's convention), when asked."""
+    if g.raw_singletons is None:
+        return advantages
+    return g.xp.where(g.expand(g.raw_singletons), g.rewards / scale, advantages)
+
+
+def batch_mean_std(
+    g: GroupedRewards, rows: Array, *, weights: Array | None = None, correction: int = 1
+) -> tuple[Array, Array]:
+    """Mean and std of ``rows`` over every present rollout of the batch (not per group),
+    each rollout weighted by ``weights`` (rows, e.g. its token count) when given.
+
+    ``correction`` is subtracted from the total weight in the variance's denominator: 1
+    with token weights is the unbiased variance over tokens (verl's and OpenRLHF's
+    ``masked_whiten``). Returns 0-d arrays.
+    """
+    xp = g.xp
+    w = xp.ones_like(rows) if weights is None else weights
+    w = g.only_present(w)
+    total = xp.sum(w)
+    mean = xp.sum(w * rows) / total
+    centred = g.only_present(rows - mean)
+    variance = xp.sum(w * centred * centred) / (total - correction)
+    return mean, xp.sqrt(variance)

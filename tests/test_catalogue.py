@@ -1,0 +1,169 @@
+"""The estimator catalogue: specs, options, inputs, plugins, conventions, the docs page."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import advbudget
+from advbudget import (
+    EstimatorSpec,
+    Input,
+    Option,
+    compute_advantages,
+    estimator_names,
+    get_spec,
+    register_estimator,
+    unregister_estimator,
+)
+from advbudget._estimators_page import estimators_markdown
+from advbudget.core import CONVENTIONS, get_convention
+from advbudget.core._checks import positive_finite
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_docs_page_is_generated_from_the_catalogue():
+    page = (ROOT / "docs" / "estimators.md").read_text(encoding="utf-8")
+    assert page == estimators_markdown(), (
+        "docs/estimators.md is stale: run `advbudget estimators --markdown > docs/estimators.md`"
+    )
+    for name in estimator_names():
+        assert f"## `{name}`" in page
+
+
+def test_spec_options_are_checked_with_defaults():
+    spec = get_spec("budget")
+    assert spec.resolve_options({}) == {"budget": 1.0}
+    assert spec.resolve_options({"budget": 2}) == {"budget": 2.0}
+    with pytest.raises(ValueError, match="budget: expected a positive finite number, got 0"):
+        spec.resolve_options({"budget": 0})
+    with pytest.raises(TypeError, match="eps: not an option of estimator 'budget'"):
+        spec.resolve_options({"eps": 1e-6})
+
+
+def _scaled_dr(grouped, *, scale=1.0, lengths):
+    centred = grouped.gap - grouped.expand(grouped.sum(grouped.gap) / grouped.count)
+    keep = grouped.xp.astype(grouped.kept(), grouped.gap.dtype)
+    return scale * centred * lengths * grouped.expand(keep)
+
+
+SCALED = EstimatorSpec(
+    name="scaled_dr",
+    fn=_scaled_dr,
+    formula="scale · len · (r − mean)",
+    reference="a test",
+    aliases=("sdr",),
+    options=(Option("scale", 1.0, positive_finite),),
+    inputs=(Input("lengths", "a length per rollout"),),
+)
+
+
+def test_a_spec_with_inputs_and_aliases():
+    register_estimator(SCALED)
+    rewards = np.array([1.0, 0.0, 1.0, 1.0])
+    lengths = np.array([2.0, 4.0, 1.0, 1.0])
+    res = compute_advantages(rewards, "sdr", group_size=2, lengths=lengths, scale=0.5)
+    np.testing.assert_allclose(res.advantages, [0.5, -1.0, 0.0, 0.0])
+    assert res.estimator == "scaled_dr"
+    with pytest.raises(ValueError, match=r"lengths: the scaled_dr estimator needs a length"):
+        compute_advantages(rewards, "scaled_dr", group_size=2)
+    with pytest.raises(ValueError, match=r"lengths: expected one value per rollout, shape \(4,\)"):
+        compute_advantages(rewards, "scaled_dr", group_size=2, lengths=lengths[:3])
+    with pytest.raises(ValueError, match="lengths: expected finite numbers"):
+        compute_advantages(rewards, "scaled_dr", group_size=2, lengths=[1.0, np.nan, 1.0, 1.0])
+    torch = pytest.importorskip("torch")
+    with pytest.raises(
+        TypeError, match="lengths: expected a numpy array like rewards, got a torch"
+    ):
+        compute_advantages(rewards, "scaled_dr", group_size=2, lengths=torch.ones(4))
+    # Every adapter sees it by its framework's name.
+    assert get_convention("verl").core_name("advbudget_sdr") == "scaled_dr"
+    assert get_convention("openrlhf").core_name("advbudget_scaled_dr") == "scaled_dr"
+    assert get_convention("trl").core_name("sdr") == "scaled_dr"
+    assert "scale" in get_convention("openrlhf").option_names()
+
+
+def test_registry_state_is_restored_between_tests():
+    assert "scaled_dr" not in estimator_names()  # registered by the test above
+
+
+def test_replacing_an_alias_takes_it_from_its_estimator():
+    def doubled(grouped):
+        return 2 * grouped.gap
+
+    with pytest.raises(ValueError, match="an alias of 'dr'"):
+        register_estimator("dr_grpo", doubled)
+    register_estimator("dr_grpo", doubled, replace=True)
+    rewards = np.array([1.0, 0.0])
+    np.testing.assert_allclose(
+        compute_advantages(rewards, "dr_grpo", group_size=2).advantages, [2.0, 0.0]
+    )
+    np.testing.assert_allclose(
+        compute_advantages(rewards, "dr", group_size=2).advantages, [0.5, -0.5]
+    )
+    assert get_spec("dr").aliases == ()
+    unregister_estimator("dr_grpo")
+    with pytest.raises(ValueError, match="expected one of"):
+        get_spec("dr_grpo")
+
+
+def test_function_keyword_defaults_become_options():
+    @register_estimator("times")
+    def times(grouped, *, factor=3.0):
+        """factor · gap"""
+        return factor * grouped.gap
+
+    spec = get_spec("times")
+    assert [(o.name, o.default) for o in spec.options] == [("factor", 3.0)]
+    assert spec.formula == "factor · gap"
+    out = compute_advantages(np.array([1.0, 0.0]), "times", group_size=2, factor=2.0)
+    np.testing.assert_allclose(out.advantages, [2.0, 0.0])
+
+
+def test_listeners_hear_new_estimators():
+    from advbudget.core import _catalogue
+
+    heard = []
+    _catalogue.on_register(heard.append)
+    register_estimator("noop", lambda grouped: grouped.gap * 0)
+    assert [spec.name for spec in heard] == ["noop"]
+
+
+@pytest.mark.parametrize("framework", sorted(CONVENTIONS))
+def test_every_estimator_has_a_name_in_every_framework(framework):
+    convention = get_convention(framework)
+    names = convention.names()
+    for spec in advbudget.core._catalogue.specs():
+        for name in spec.names:
+            assert names[convention.name_of(name)] == spec.name
+    with pytest.raises(ValueError, match=f"in {framework}, got 'nope'"):
+        convention.core_name("nope")
+
+
+def test_mirrors_keep_the_framework_constants_others_the_core_defaults():
+    verl = get_convention("verl")
+    assert verl.settings("grpo") == {
+        "tie_rtol": 0.0,
+        "tie_atol": 0.0,
+        "singletons": "raw",
+        "eps": 1e-6,
+        "std_correction": 1,
+    }
+    assert verl.settings("budget")["singletons"] == "skip"
+    assert get_convention("trl").settings("group_norm")["eps"] == 1e-4
+    assert get_convention("trl").settings("grpo", {"eps": 0.1})["eps"] == 0.1
+
+
+def test_cli_lists_the_catalogue():
+    out = subprocess.run(
+        [sys.executable, "-m", "advbudget.cli", "estimators", "--markdown"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert out == estimators_markdown()
