@@ -37,8 +37,13 @@ test-core: $(STAMP)
 # Each trainer gets its own environment, as its users install it: verl, TRL and OpenRLHF
 # pin conflicting versions (ray, transformers, antlr).
 VENV_VERL ?= .venv-verl
-$(VENV_VERL)/.installed: pyproject.toml
+# Each trainer's environment also gets the example estimator plugin (tests/plugin): an
+# advbudget.estimators entry point must reach the trainer by name.
+PLUGIN := tests/plugin
+
+$(VENV_VERL)/.installed: pyproject.toml $(PLUGIN)/pyproject.toml
 	$(call environment,$(VENV_VERL),verl)
+	$(VENV_VERL)/bin/python -m pip install --quiet --no-deps ./$(PLUGIN)
 
 test-verl: $(VENV_VERL)/.installed
 	$(VENV_VERL)/bin/python -m pytest -q -p no:cacheprovider tests/adapters/verl advbudget/adapters/verl
@@ -47,8 +52,9 @@ bench-verl: $(VENV_VERL)/.installed
 	$(VENV_VERL)/bin/python benchmarks/verl_adapter.py
 
 VENV_TRL ?= .venv-trl
-$(VENV_TRL)/.installed: pyproject.toml
+$(VENV_TRL)/.installed: pyproject.toml $(PLUGIN)/pyproject.toml
 	$(call environment,$(VENV_TRL),trl)
+	$(VENV_TRL)/bin/python -m pip install --quiet --no-deps ./$(PLUGIN)
 
 test-trl: $(VENV_TRL)/.installed
 	$(VENV_TRL)/bin/python -m pytest -q -p no:cacheprovider tests/adapters/trl advbudget/adapters/trl
@@ -60,7 +66,7 @@ bench-trl: $(VENV_TRL)/.installed
 # OpenRLHF --no-deps and its other requirements by hand (GPU users: pip install
 # "advbudget[openrlhf]"); the tests put import stubs for flash_attn and vllm on the path.
 VENV_OPENRLHF ?= .venv-openrlhf
-$(VENV_OPENRLHF)/.installed: pyproject.toml
+$(VENV_OPENRLHF)/.installed: pyproject.toml $(PLUGIN)/pyproject.toml
 	$(PYTHON) -m venv $(VENV_OPENRLHF)
 	$(VENV_OPENRLHF)/bin/python -m pip install --quiet --upgrade pip
 	$(VENV_OPENRLHF)/bin/python -m pip install --quiet "$(TORCH_PIN)"
@@ -69,6 +75,7 @@ $(VENV_OPENRLHF)/.installed: pyproject.toml
 	  peft pylatexenc aiohttp torchdata pillow datasets accelerate
 	$(VENV_OPENRLHF)/bin/python -m pip install --quiet --no-build-isolation deepspeed==0.19.6
 	$(VENV_OPENRLHF)/bin/python -m pip install --quiet -e ".[data,rewards]" pytest hypothesis
+	$(VENV_OPENRLHF)/bin/python -m pip install --quiet --no-deps ./$(PLUGIN)
 	touch $@
 
 test-openrlhf: $(VENV_OPENRLHF)/.installed

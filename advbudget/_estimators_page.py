@@ -5,7 +5,7 @@ page cannot drift from the code (a test compares them)."""
 from __future__ import annotations
 
 from .core import CONVENTIONS, EstimatorSpec
-from .core._catalogue import specs
+from .core._catalogue import BUILTINS
 
 HEADER = """# Estimators
 
@@ -18,7 +18,8 @@ through `compute_advantages(rewards, NAME, ...)`, and in every trainer by name: 
 trainer also has itself (its *mirror*, named in the table) keeps that trainer's constants
 there, so switching to our name changes no number; every other keeps the core's defaults.
 Add your own with `register_estimator` or an `advbudget.estimators` entry point: it then
-appears here and in every trainer.
+works in every trainer by the same rule, and `advbudget estimators` lists it (this page
+lists the built-ins).
 
 G is the group's size, r a rollout's reward, mean / std / min the group's.
 """
@@ -65,10 +66,10 @@ def _skips(spec: EstimatorSpec) -> str:
 def estimators_markdown() -> str:
     """The page: a summary table, then one section per estimator."""
     lines = [HEADER, "| name | advantage | from |", "|---|---|---|"]
-    for spec in specs():
+    for spec in BUILTINS:
         aliases = "".join(f", `{a}`" for a in spec.aliases)
         lines.append(f"| `{spec.name}`{aliases} | {spec.formula} | {spec.reference} |")
-    for spec in specs():
+    for spec in BUILTINS:
         lines += ["", f"## `{spec.name}`", ""]
         lines.append(f"- **advantage**: {spec.formula}")
         lines.append(f"- **from**: {spec.reference}")

@@ -11,8 +11,31 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .core import AdvantageResult, Groups, make_groups
+from .core import AdvantageResult, Groups
 from .core._arrays import Array, as_array, check_same_device
+from .core._kappa import (
+    KappaPairs,
+    kappa_eff_of_pairs,
+    kappa_pairs,
+    sequence_advantages,
+    sequence_logprobs,
+)
+
+__all__ = [
+    "SUMMARY_KEYS",
+    "KappaPairs",
+    "advantage_metric_dict",
+    "advantage_metrics",
+    "kappa",
+    "kappa_eff",
+    "kappa_eff_of_pairs",
+    "kappa_metric_dict",
+    "kappa_pairs",
+    "oscillation",
+    "sequence_advantages",
+    "sequence_logprobs",
+    "summarize",
+]
 
 SUMMARY_KEYS = ("mean", "median", "std", "min", "max", "count")
 
@@ -35,27 +58,6 @@ def kappa(reward_gap: Any, beta: float) -> Any:
     ):
         raise ValueError(f"beta: expected a positive finite KL coefficient, got {beta!r}")
     return reward_gap / beta
-
-
-def sequence_logprobs(token_logprobs: Any, response_mask: Any) -> Array:
-    """Sum per-token log-probs ``[N, T]`` over the response mask: ``[N]``.
-
-    Examples:
-        >>> import numpy as np
-        >>> from advbudget.metrics import sequence_logprobs
-        >>> sequence_logprobs(np.array([[-1.0, -2.0, -9.0]]), np.array([[1, 1, 0]]))
-        array([-3.])
-    """
-    token_logprobs, xp = as_array(token_logprobs, "token_logprobs")
-    response_mask, _ = as_array(response_mask, "response_mask")
-    if token_logprobs.ndim != 2 or tuple(response_mask.shape) != tuple(token_logprobs.shape):
-        raise ValueError(
-            f"response_mask: expected the shape of token_logprobs "
-            f"{tuple(token_logprobs.shape)} ([N, T]), got {tuple(response_mask.shape)}"
-        )
-    check_same_device(token_logprobs, response_mask, "token_logprobs", "response_mask")
-    inside = response_mask if xp.isdtype(response_mask.dtype, "bool") else response_mask != 0
-    return xp.sum(xp.where(inside, token_logprobs, 0), axis=1)
 
 
 def kappa_eff(
@@ -107,34 +109,20 @@ def kappa_eff(
     for name, values in (("logp_old", old), ("logp_new", new)):
         check_same_device(advantages, values, "advantages", name)
     if groups is None:
-        groups = make_groups(advantages, group_size=group_size, group_ids=group_ids)
-    elif groups.num_rollouts != n:
-        raise ValueError(f"groups: expected groups of {n} rollouts, got {groups.num_rollouts}")
-    change = xp.astype(new, advantages.dtype) - xp.astype(old, advantages.dtype)
-    rows = groups.rows(advantages)
-    top, bottom = groups.max(rows), groups.min(rows)
-    position = groups.rows(xp.arange(n, device=groups.device))
-    first_top = groups.min(xp.where(rows == groups.expand(top), position, n))
-    first_bottom = groups.min(xp.where(rows == groups.expand(bottom), position, n))
-    values = xp.take(change, groups.per_group(first_top)) - xp.take(
-        change, groups.per_group(first_bottom)
-    )
-    has_gap = groups.per_group(top - bottom) > 0
-    return values[has_gap]
+        pairs = kappa_pairs(advantages, group_size=group_size, group_ids=group_ids)
+    else:
+        pairs = kappa_pairs(advantages, groups=groups)
+    if xp.isdtype(advantages.dtype, "real floating"):  # as before: in the advantages' dtype
+        old, new = xp.astype(old, advantages.dtype), xp.astype(new, advantages.dtype)
+    return kappa_eff_of_pairs(pairs, old, new)
 
 
 def _sequence(logp: Any, name: str, n: int, response_mask: Any, length_normalized: bool) -> Array:
-    logp, xp = as_array(logp, name)
+    logp, _ = as_array(logp, name)
     if logp.ndim == 2:
         if response_mask is None:
             raise ValueError(f"response_mask: expected [N, T] with per-token {name}, got None")
-        total = sequence_logprobs(logp, response_mask)
-        if length_normalized:
-            mask, _ = as_array(response_mask, "response_mask")
-            inside = mask if xp.isdtype(mask.dtype, "bool") else mask != 0
-            lengths = xp.sum(xp.astype(inside, total.dtype), axis=1)
-            total = total / xp.maximum(lengths, xp.ones_like(lengths))
-        logp = total
+        logp = sequence_logprobs(logp, response_mask, length_normalized=length_normalized)
     elif logp.ndim != 1:
         raise ValueError(f"{name}: expected [N] or [N, T] log-probs, got {tuple(logp.shape)}")
     elif length_normalized:
@@ -145,6 +133,33 @@ def _sequence(logp: Any, name: str, n: int, response_mask: Any, length_normalize
     if int(logp.shape[0]) != n:
         raise ValueError(f"{name}: expected {n} rollouts like advantages, got {logp.shape[0]}")
     return logp
+
+
+def kappa_metric_dict(values: Any, prefix: str = "advbudget/") -> dict[str, float]:
+    """:func:`summarize` of κ_eff values keyed for a logger:
+    ``{prefix}kappa_eff/{mean,median,std,min,max,count}``.
+
+    Examples:
+        >>> import numpy as np
+        >>> from advbudget.metrics import kappa_metric_dict
+        >>> kappa_metric_dict(np.array([1.0, 2.0]))["advbudget/kappa_eff/mean"]
+        1.5
+    """
+    return {f"{prefix}kappa_eff/{key}": value for key, value in summarize(values).items()}
+
+
+def advantage_metric_dict(result: AdvantageResult, prefix: str = "advbudget/") -> dict[str, float]:
+    """:func:`advantage_metrics` keyed for a logger: ``{prefix}skipped_group_fraction``, ...
+
+    Examples:
+        >>> import numpy as np
+        >>> from advbudget import compute_advantages
+        >>> from advbudget.metrics import advantage_metric_dict
+        >>> result = compute_advantages(np.array([1.0, 0.0, 1.0, 1.0]), "budget", group_size=2)
+        >>> advantage_metric_dict(result)["advbudget/skipped_group_fraction"]
+        0.5
+    """
+    return {prefix + key: value for key, value in advantage_metrics(result).items()}
 
 
 def summarize(values: Any) -> dict[str, float]:

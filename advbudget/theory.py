@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .core import compute_advantages
+from .core import compute_advantages, get_spec
 
 Float = NDArray[np.float64]
 
@@ -89,18 +89,32 @@ AdvantageFunction = Callable[..., Any]
 def binary_advantages(
     estimator: str | AdvantageFunction, group_size: int, **options: Any
 ) -> tuple[Float, Float]:
-    """Advantages of a correct and of a wrong rollout when k of G are correct.
+    """Mean advantage of the correct and of the wrong rollouts when k of G are correct.
+
+    Where every correct rollout gets the same advantage (budget, grpo, dr, rloo, ...)
+    the mean is that advantage; where they do not (``grpo_passk`` gives only the best
+    rollout an update), ``k * correct[k]`` is still the sum over the correct rollouts,
+    which is what :func:`implied_slope` needs.
+
+    The G + 1 groups (k = 0..G) are computed as one batch, so an estimator with batch
+    statistics (whitening, gpg's α) sees that batch's. An extra input of the estimator
+    (``response_lengths=``, ``reward_baselines=``) may be passed as one constant for
+    every rollout: constant response lengths make ``opo`` equal ``dr``.
 
     Args:
         estimator: a registered estimator name (``"budget"``, ``"grpo"``, ...) or an
             advantage function called as ``fn(rewards, group_size=G, **options)``, such
             as :func:`advbudget.budget_advantage` or your own.
         group_size: G.
-        **options: passed to the estimator (``budget=``, ``eps=``, ...).
+        **options: passed to the estimator (``budget=``, ``eps=``, ...; inputs as
+            constants).
 
     Returns:
         ``(correct, wrong)``, each ``[G + 1]`` indexed by k = 0..G; NaN where no such
         rollout exists (no correct one at k = 0, no wrong one at k = G).
+
+    Raises:
+        ValueError: the estimator needs an extra input that was not given.
 
     Examples:
         >>> from advbudget.theory import binary_advantages
@@ -109,12 +123,17 @@ def binary_advantages(
         array([   nan, 0.75  , 0.25  , 0.0833, 0.    ])
         >>> wrong.round(4)
         array([ 0.  , -0.25, -0.25, -0.25,   nan])
+        >>> correct, _ = binary_advantages("grpo_passk", 4)  # only k = 1 has a unique best
+        >>> correct.round(4).tolist()
+        [nan, 2.0, 0.0, 0.0, 0.0]
     """
     _check_group_size(group_size)
     k = np.arange(group_size + 1)
     # Row k: k correct rollouts (reward 1) first, then G - k wrong ones (reward 0).
-    rewards = (np.arange(group_size)[None, :] < k[:, None]).astype(np.float64).reshape(-1)
+    is_correct = np.arange(group_size)[None, :] < k[:, None]
+    rewards = is_correct.astype(np.float64).reshape(-1)
     if isinstance(estimator, str):
+        options = _constant_inputs(estimator, rewards.shape[0], options)
         advantages = compute_advantages(
             rewards, estimator, group_size=group_size, **options
         ).advantages
@@ -123,9 +142,31 @@ def binary_advantages(
     else:
         raise TypeError(f"estimator: expected a name or a callable, got {estimator!r}")
     table = np.asarray(advantages, dtype=np.float64).reshape(group_size + 1, group_size)
-    correct = np.where(k >= 1, table[:, 0], np.nan)
-    wrong = np.where(k <= group_size - 1, table[:, -1], np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        correct = np.sum(np.where(is_correct, table, 0), axis=1) / k
+        wrong = np.sum(np.where(is_correct, 0, table), axis=1) / (group_size - k)
+    correct = np.where(k >= 1, correct, np.nan)
+    wrong = np.where(k <= group_size - 1, wrong, np.nan)
     return correct, wrong
+
+
+def _constant_inputs(estimator: str, num_rollouts: int, options: dict[str, Any]) -> dict[str, Any]:
+    """The estimator's extra inputs given as constants, as one value per rollout."""
+    spec = get_spec(estimator)
+    out = dict(options)
+    for declared in spec.inputs:
+        value = out.get(declared.name)
+        if value is None:
+            if declared.required:
+                raise ValueError(
+                    f"{declared.name}: the {spec.name} estimator needs {declared.doc}; "
+                    f"for binary_advantages and implied_slope pass one constant for every "
+                    f"rollout ({declared.name}=...), got None"
+                )
+            continue
+        if np.ndim(value) == 0:
+            out[declared.name] = np.full(num_rollouts, float(value))
+    return out
 
 
 def implied_slope(
@@ -138,6 +179,16 @@ def implied_slope(
     written without dividing by ``p`` or ``1 - p`` so that it holds at 0 and 1 too.
     For budgeting it equals :func:`objective_slope` to rounding.
 
+    An estimator with batch statistics (batch whitening, a batch std, gpg's α) has the
+    slope of the estimator its spec names in ``slope_of`` (``reinforce_baseline`` and
+    ``reinforce_plus_plus_baseline``: ``dr``; ``rloo_normalized``: ``rloo``; ``gpg``,
+    ``grpo_batch_std``: ``dr``) up to a positive factor set by the batch (``1 / std``
+    of the batch, α), and that slope is returned: the options the ``slope_of`` estimator
+    does not take are dropped. Subtracting a batch mean adds nothing in expectation,
+    so the shape over ``p`` is the ``slope_of`` estimator's. An estimator without
+    ``slope_of`` is computed on the G + 1 groups as one batch (``reinforce``: ``G``
+    over that batch's std).
+
     Examples:
         >>> from advbudget.theory import implied_slope
         >>> implied_slope("budget", 8, [0.05, 0.5, 0.95]).round(4)
@@ -145,6 +196,13 @@ def implied_slope(
         >>> implied_slope("dr", 8, [0.05, 0.5, 0.95]).round(4)
         array([7., 7., 7.])
     """
+    if isinstance(estimator, str):
+        spec = get_spec(estimator)
+        if spec.slope_of is not None:
+            target = get_spec(spec.slope_of)
+            takes = {o.name for o in target.options} | {i.name for i in target.inputs}
+            estimator = target.name
+            options = {name: value for name, value in options.items() if name in takes}
     correct, wrong = binary_advantages(estimator, group_size, **options)
     correct, wrong = np.nan_to_num(correct), np.nan_to_num(wrong)
     p = _probabilities(p, "p")[..., None]

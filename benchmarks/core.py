@@ -369,7 +369,7 @@ def path_calls(backend: Backend, batch: Batch) -> dict[str, Call]:
     }
     # Labels are factorised eagerly (the group count must be concrete): no jit here.
     calls[P_IDS] = Call(lambda: budget_advantage(shuffled, group_ids=ids), "eager")
-    calls[P_MAKE_GROUPS] = Call(lambda: make_groups(shuffled, group_ids=ids).index, "eager")
+    calls[P_MAKE_GROUPS] = Call(lambda: make_groups(shuffled, group_ids=ids).group_index(), "eager")
     calls[P_PREBUILT] = Call(lambda: budget_advantage(shuffled, groups=groups), "eager")
     # Codes with a static group count skip factorisation, so jax can jit the grouped path.
     num_groups = batch.n // GROUP_SIZE

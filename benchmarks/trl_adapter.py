@@ -193,6 +193,13 @@ def markdown(payload: dict[str, Any]) -> str:
             f"| {variant} | {row['count']} | {row['median']:.2f} "
             f"| {100 * row['median'] / base:.1f} % |"
         )
+    kappa = payload.get("kappa_overhead") or kappa_overhead(payload["results"])
+    lines += [
+        "",
+        "κ_eff overhead (kappa_every=1 vs 0, both advbudget budget): step-time ratio "
+        f"{kappa['ratio']:.3f} (median {kappa['with_kappa_median_ms']:.1f} ms vs "
+        f"{kappa['without_kappa_median_ms']:.1f} ms, {kappa['extra_ms']:+.1f} ms per step).",
+    ]
     lines += [
         "",
         "Target: adapter overhead without κ_eff < 2 % (reported, not enforced). On a shared "
@@ -200,6 +207,17 @@ def markdown(payload: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def kappa_overhead(results: dict[str, Any]) -> dict[str, float]:
+    """Step time with κ_eff every step over without it (both ``advbudget budget``)."""
+    without, with_ = results[VARIANTS[1]]["median_ms"], results[VARIANTS[2]]["median_ms"]
+    return {
+        "ratio": with_ / without,
+        "extra_ms": with_ - without,
+        "with_kappa_median_ms": with_,
+        "without_kappa_median_ms": without,
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -247,6 +265,7 @@ def main(argv: list[str] | None = None) -> None:
         }
         for variant, values in times.items()
     }
+    payload["kappa_overhead"] = kappa_overhead(payload["results"])
     payload["adapter_ms_per_generation_batch"] = {
         variant: {"median": statistics.median(values), "count": len(values)}
         for variant, values in ADAPTER_MS.items()

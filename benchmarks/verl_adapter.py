@@ -109,8 +109,12 @@ def path_calls(batch: Any, core_algos: Any, adapter: Any) -> dict[str, Callable[
     return {
         P_GRPO: lambda: core_algos.compute_grpo_outcome_advantage(**kwargs)[0],
         P_VECTORIZED: lambda: vectorized(**kwargs, config=config)[0],
-        P_OURS_GRPO: lambda: adapter.ESTIMATORS["advbudget_grpo"](**kwargs, config=config)[0],
-        P_OURS_BUDGET: lambda: adapter.ESTIMATORS["reward_budget"](**kwargs, config=config)[0],
+        P_OURS_GRPO: lambda: adapter.estimator_function("advbudget_grpo")(**kwargs, config=config)[
+            0
+        ],
+        P_OURS_BUDGET: lambda: adapter.estimator_function("reward_budget")(**kwargs, config=config)[
+            0
+        ],
     }
 
 

@@ -26,9 +26,6 @@ def load_namespace(name: str) -> Any:
         if REQUIRE_ALL:
             raise
         pytest.skip(f"{name} is not installed")
-    if name == "jax":
-        # float64 references need x64; tests/test_tracing.py covers jax's x64-off default.
-        importlib.import_module("jax").config.update("jax_enable_x64", True)
     return array_api_compat.array_namespace(module.zeros(1))
 
 
@@ -44,7 +41,16 @@ def _restore_estimator_registry() -> Any:
 
 @pytest.fixture(params=BACKENDS)
 def xp(request: pytest.FixtureRequest) -> Any:
-    return load_namespace(request.param)
+    """Each backend's namespace; jax with x64 on for this test only (float64 references),
+    so no test depends on which ran before it (tests/test_tracing.py covers x64 off)."""
+    namespace = load_namespace(request.param)
+    if request.param != "jax":
+        yield namespace
+        return
+    import jax
+
+    with jax.enable_x64(True):
+        yield namespace
 
 
 def to_numpy(x: Any) -> np.ndarray:

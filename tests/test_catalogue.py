@@ -138,7 +138,7 @@ def test_listeners_hear_new_estimators():
 def test_every_estimator_has_a_name_in_every_framework(framework):
     convention = get_convention(framework)
     names = convention.names()
-    for spec in advbudget.core._catalogue.specs():
+    for spec in advbudget.core.estimator_specs():
         for name in spec.names:
             assert names[convention.name_of(name)] == spec.name
     with pytest.raises(ValueError, match=f"in {framework}, got 'nope'"):
@@ -167,3 +167,51 @@ def test_cli_lists_the_catalogue():
         check=True,
     ).stdout
     assert out == estimators_markdown()
+
+
+def _plugin_path(tmp_path: Path, module_source: str, entry: str) -> Path:
+    """A package plus a dist-info declaring an advbudget.estimators entry point."""
+    (tmp_path / "my_plugin.py").write_text(module_source)
+    dist = tmp_path / "my_plugin-0.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-plugin\nVersion: 0.0\n")
+    (dist / "entry_points.txt").write_text(f"[advbudget.estimators]\n{entry}\n")
+    return tmp_path
+
+
+def _run(code: str, path: Path) -> subprocess.CompletedProcess[str]:
+    import os
+
+    env = {**os.environ, "PYTHONPATH": f"{path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+def test_entry_point_plugins_are_found_by_name(tmp_path):
+    source = (
+        "def halved(grouped, *, budget=1.0):\n"
+        "    from advbudget import get_estimator\n"
+        "    return get_estimator('budget')(grouped, budget=budget / 2)\n"
+    )
+    path = _plugin_path(tmp_path, source, "halved = my_plugin:halved")
+    out = _run(
+        "import numpy as np; from advbudget import compute_advantages as c;"
+        "print(c(np.array([1.0, 0.0]), 'halved', group_size=2).advantages.tolist())",
+        path,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[0.25, -0.25]"
+
+
+def test_a_broken_plugin_is_reported_by_name_and_costs_no_other(tmp_path):
+    path = _plugin_path(tmp_path, "raise RuntimeError('boom')\n", "broken = my_plugin:nothing")
+    out = _run(
+        "import numpy as np; from advbudget import compute_advantages as c;"
+        "print(c(np.array([1.0, 0.0]), 'budget', group_size=2).advantages.tolist());"
+        "c(np.array([1.0, 0.0]), 'broken', group_size=2)",
+        path,
+    )
+    assert out.stdout.strip() == "[0.5, -0.5]"
+    assert "estimator: 'broken' is not available" in out.stderr
+    assert "RuntimeError: boom" in out.stderr

@@ -20,7 +20,7 @@ from advbudget import (
     rloo_advantage,
     token_advantages,
 )
-from advbudget.core._groups import Contiguous, Padded, Segmented
+from advbudget.core._groups import Contiguous, Padded, Permuted, Segmented
 
 from .conftest import assert_close, reference_advantages, to_numpy
 
@@ -128,6 +128,10 @@ LABELLED = {
         [1.0, 0.0, 0.0, 1.0, 1.0, 0.5],
         [-7, 10**12, -7, 10**12, 3, 3],
     ),
+    "equal sizes, shuffled (Permuted)": (
+        [1.0, 0.0, 0.5, 2.0, 0.0, 1.0, 0.25, 1.0],
+        ["q", "p", "p", "r", "q", "r", "s", "s"],
+    ),
     "uuid-like strings, interleaved": (
         [1.0, 0.0, 0.0, 0.0, 1.0, 1.0],
         ["7c0e-1", "7c0e-1", "7c0e-1", "02ab-2", "02ab-2", "02ab-2"],
@@ -164,9 +168,34 @@ def test_layout_choice(xp):
     assert not isinstance(repeated, Contiguous)
     assert repeated.num_groups == 2
     native = not array_api_compat.is_array_api_strict_namespace(xp)
+    unequal = make_groups(r, group_ids=[0, 1, 0, 1, 0, 2])
+    assert isinstance(unequal, Segmented if native else Padded)
+    assert repr(unequal).endswith("(num_rollouts=6, num_groups=3)")
+    # Equal sizes in any order: one gather, then Contiguous's reshapes.
     shuffled = make_groups(r, group_ids=[0, 1, 0, 1, 0, 1])
-    assert isinstance(shuffled, Segmented if native else Padded)
-    assert repr(shuffled).endswith("(num_rollouts=6, num_groups=2)")
+    assert isinstance(shuffled, Permuted)
+    assert repr(shuffled) == "Permuted(num_rollouts=6, group_size=3)"
+    assert to_numpy(shuffled.group_index()).tolist() == [0, 1, 0, 1, 0, 1]
+
+
+def test_explicit_positions(xp):
+    """OpenRLHF's layout: rollout k is slot positions[k] of the prompt-major [M, G] block."""
+    rewards = [0.0, 1.0, 1.0, 0.5, 0.0, 1.0]
+    slots = [3, 0, 4, 1, 2, 5]  # group 0: rollouts 1, 3, 4; group 1: rollouts 0, 2, 5
+    r = xp.asarray(rewards, dtype=xp.float64)
+    groups = make_groups(r, group_size=3, positions=slots)
+    assert isinstance(groups, Permuted)
+    labels = [s // 3 for s in slots]
+    for estimator in ESTIMATORS:
+        res = compute_advantages(r, estimator, groups=groups)
+        assert_close(res.advantages, reference_advantages(rewards, labels, estimator), xp=xp)
+    assert to_numpy(groups.group_index()).tolist() == labels
+    with pytest.raises(ValueError, match=r"positions: expected a permutation of 0\.\.5"):
+        make_groups(r, group_size=3, positions=[0, 0, 1, 2, 3, 4])
+    with pytest.raises(ValueError, match="positions: expected 6 integer slots"):
+        make_groups(r, group_size=3, positions=[0, 1, 2])
+    with pytest.raises(ValueError, match="positions: expected together with group_size"):
+        make_groups(r, group_ids=labels, positions=slots)
 
 
 def test_device_labels_shuffled(xp):

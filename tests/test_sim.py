@@ -13,7 +13,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from advbudget import estimator_names
+from advbudget.core._catalogue import BUILTINS
 from advbudget.sim import (
     ExperimentConfig,
     Minibatch,
@@ -157,7 +157,11 @@ def test_zero_learning_rate_changes_nothing():
     np.testing.assert_array_equal(history["kappa_eff_mean"][1:], 0.0)
 
 
-@pytest.mark.parametrize("estimator", estimator_names())
+# The built-ins that need no per-rollout input beside the reward (a bandit has no lengths).
+LAB_ESTIMATORS = [spec.name for spec in BUILTINS if not any(i.required for i in spec.inputs)]
+
+
+@pytest.mark.parametrize("estimator", LAB_ESTIMATORS)
 def test_short_run_improves_accuracy(estimator):
     task = make_task(EASY)
     history = train(RunConfig(estimator=estimator, steps=40, prompts_per_step=16), task)
@@ -308,3 +312,17 @@ def test_import_does_not_load_matplotlib():
         "assert 'matplotlib' not in sys.modules, 'matplotlib imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parent.parent)
+
+
+def test_estimators_needing_inputs_are_refused_by_name():
+    from advbudget import EstimatorSpec, Input, register_estimator
+
+    register_estimator(
+        EstimatorSpec(
+            name="needs_lengths",
+            fn=lambda g, *, lengths: g.gap,
+            inputs=(Input("lengths", "lengths"),),
+        )
+    )
+    with pytest.raises(ValueError, match=r"needs_lengths needs per-rollout inputs \(lengths\)"):
+        RunConfig(estimator="needs_lengths")

@@ -18,14 +18,23 @@ from ._catalogue import (
     Input,
     Option,
     estimator_names,
+    estimator_specs,
     get_estimator,
     get_spec,
+    on_register,
     register_estimator,
     unregister_estimator,
 )
 from ._compute import DEFAULT_TIE_ATOL, DEFAULT_TIE_RTOL, compute_advantages, make_groups
 from ._conventions import CONVENTIONS, Convention, get_convention
 from ._groups import Groups
+from ._kappa import (
+    KappaPairs,
+    kappa_eff_of_pairs,
+    kappa_pairs,
+    sequence_advantages,
+    sequence_logprobs,
+)
 from ._result import AdvantageResult
 from ._stats import GroupedRewards
 from ._tokens import token_advantages
@@ -41,18 +50,25 @@ __all__ = [
     "GroupedRewards",
     "Groups",
     "Input",
+    "KappaPairs",
     "Option",
     "budget_advantage",
     "compute_advantages",
     "dr_advantage",
     "estimator_names",
+    "estimator_specs",
     "get_convention",
     "get_estimator",
     "get_spec",
     "group_normalized_advantage",
+    "kappa_eff_of_pairs",
+    "kappa_pairs",
     "make_groups",
+    "on_register",
     "register_estimator",
     "rloo_advantage",
+    "sequence_advantages",
+    "sequence_logprobs",
     "token_advantages",
     "unregister_estimator",
 ]

@@ -156,6 +156,40 @@ _STD_CORRECTION = Option(
     "std_correction", 1, _std_correction, "1: unbiased std (torch's default); 0: biased"
 )
 
+_RESPONSE_LENGTHS = Input(
+    "response_lengths", "the token count of each rollout's response (verl's response_mask sum)"
+)
+_TOKEN_WEIGHTS = Input(
+    "response_lengths",
+    "the token count of each rollout's response, its weight in the batch statistics "
+    "(without it every rollout weighs 1)",
+    required=False,
+)
+_WHITEN_NOTE = (
+    "the mean and variance of the advantages over every response token of the whole batch "
+    "(each rollout weighted by response_lengths, or 1 without them)"
+)
+
+
+def _whitening(*, correction: int, var_eps: float, var_floor: float) -> tuple[Option, ...]:
+    return (
+        Option(
+            "std_correction",
+            correction,
+            _std_correction,
+            "1: unbiased variance over tokens (verl's masked_whiten); 0: biased (OpenRLHF)",
+        ),
+        Option("var_eps", var_eps, _checks.nonnegative_finite, "added to the variance"),
+        Option("var_floor", var_floor, _checks.nonnegative_finite, "the variance's lower clamp"),
+        Option(
+            "std_norm",
+            True,
+            _checks.boolean,
+            "False: only the batch mean is subtracted (OpenRLHF's no_std_norm)",
+        ),
+    )
+
+
 BUILTINS: tuple[EstimatorSpec, ...] = (
     EstimatorSpec(
         name="budget",
@@ -186,6 +220,118 @@ BUILTINS: tuple[EstimatorSpec, ...] = (
         fn=_estimators.rloo,
         formula="r − mean of the others",
         reference="RLOO, arXiv 2402.14740",
+    ),
+    EstimatorSpec(
+        name="opo",
+        fn=_estimators.opo,
+        formula="r − Σ len·r / Σ len (the length-weighted group mean)",
+        reference="OPO, arXiv 2505.23585 (verl's opo)",
+        inputs=(_RESPONSE_LENGTHS,),
+    ),
+    EstimatorSpec(
+        name="grpo_passk",
+        fn=_estimators.grpo_passk,
+        formula=(
+            "(r_max − r_second) / (std + eps) for a group's best rollout if it is the only "
+            "best, 0 for every other rollout"
+        ),
+        reference="Pass@k training, arXiv 2503.19595 (verl's grpo_passk)",
+        options=(
+            Option(
+                "norm_adv_by_std",
+                True,
+                _checks.boolean,
+                "False: r_max − r_second, not divided by the std (verl's norm_adv_by_std_in_grpo)",
+            ),
+            _eps(1e-6),
+            _STD_CORRECTION,
+        ),
+        raw_singletons=False,  # verl raises on a group of one: there is no second best
+    ),
+    EstimatorSpec(
+        name="gpg",
+        fn=_estimators.gpg,
+        formula="α · (r − mean) / f_norm, α = N / (rollouts of the batch with r ≠ 0)",
+        reference="GPG, arXiv 2504.02546 (verl's gpg)",
+        options=(Option("f_norm", 1.0, _checks.positive_finite, "divides the advantage"),),
+        batch_statistics=(
+            "α = N / max(1, number of nonzero rewards), N the rollouts with a reward, over "
+            "the whole batch"
+        ),
+        slope_of="dr",
+    ),
+    EstimatorSpec(
+        name="reinforce_plus_plus_baseline",
+        fn=_estimators.reinforce_baseline,
+        formula="whiten(r − mean): the group-centred reward whitened over the batch's tokens",
+        reference="REINFORCE++-baseline, arXiv 2501.03262 (verl's reinforce_plus_plus_baseline)",
+        options=_whitening(correction=1, var_eps=1e-8, var_floor=0.0),
+        inputs=(_TOKEN_WEIGHTS,),
+        skips="never",
+        batch_statistics=_WHITEN_NOTE,
+        slope_of="dr",
+    ),
+    EstimatorSpec(
+        name="remax",
+        fn=_estimators.remax,
+        formula="r − b, b the reward of the prompt's greedy rollout",
+        reference="ReMax, arXiv 2310.10505 (verl's remax)",
+        inputs=(
+            Input(
+                "reward_baselines",
+                "the reward of each rollout's greedy (baseline) response (verl's reward_baselines)",
+            ),
+        ),
+        skips="never",
+        raw_singletons=False,  # no group statistics: any grouping gives the same numbers
+    ),
+    EstimatorSpec(
+        name="reinforce_baseline",
+        fn=_estimators.reinforce_baseline,
+        formula="whiten(r − mean): the group-centred reward whitened over the batch's tokens",
+        reference="REINFORCE++-baseline, arXiv 2501.03262 (OpenRLHF's reinforce_baseline)",
+        options=_whitening(correction=0, var_eps=0.0, var_floor=1e-8),
+        inputs=(_TOKEN_WEIGHTS,),
+        skips="never",
+        batch_statistics=_WHITEN_NOTE,
+        slope_of="dr",
+    ),
+    EstimatorSpec(
+        name="reinforce",
+        fn=_estimators.reinforce,
+        formula="whiten(r): the reward, no baseline, whitened over the batch's tokens",
+        reference="REINFORCE++, arXiv 2501.03262 (OpenRLHF's reinforce, γ = 1, no KL)",
+        options=_whitening(correction=0, var_eps=0.0, var_floor=1e-8),
+        inputs=(_TOKEN_WEIGHTS,),
+        skips="never",
+        raw_singletons=False,  # no group statistics
+        batch_statistics=_WHITEN_NOTE,
+    ),
+    EstimatorSpec(
+        name="grpo_batch_std",
+        fn=_estimators.grpo_batch_std,
+        formula="(r − mean) / (std of every reward of the batch + eps)",
+        reference=(
+            'Lite PPO, arXiv 2508.08221 (TRL\'s GRPOTrainer scale_rewards="batch"; '
+            '"group" is grpo, "none" is dr)'
+        ),
+        options=(_eps(1e-4), _STD_CORRECTION),
+        raw_singletons=False,
+        batch_statistics="the std of the raw rewards of the whole batch (unbiased by default)",
+        slope_of="dr",
+    ),
+    EstimatorSpec(
+        name="rloo_normalized",
+        fn=_estimators.rloo_normalized,
+        formula="(A − mean A) / (std A + eps), A rloo's advantage, over the batch",
+        reference="RLOO, arXiv 2402.14740 (TRL's RLOOTrainer normalize_advantages=True)",
+        options=(_eps(1e-4), _STD_CORRECTION),
+        raw_singletons=False,
+        batch_statistics=(
+            "the mean and std of rloo's advantages over every rollout of the batch in a "
+            "group of two or more (one per rollout, not token-weighted)"
+        ),
+        slope_of="rloo",
     ),
 )
 
@@ -362,6 +508,20 @@ def get_spec(name: str) -> EstimatorSpec:
     return _SPECS[resolved]
 
 
+def as_spec(estimator: str | EstimatorSpec | Estimator) -> EstimatorSpec:
+    """The spec of a name (or alias), a spec, or a plain estimator function."""
+    if isinstance(estimator, EstimatorSpec):
+        return estimator
+    if isinstance(estimator, str):
+        return get_spec(estimator)
+    if callable(estimator):
+        return spec_from_function(getattr(estimator, "__name__", "custom"), estimator)
+    raise TypeError(
+        "estimator: expected a name, an EstimatorSpec or a callable, "
+        f"got {type(estimator).__name__}"
+    )
+
+
 def get_estimator(name: str) -> Estimator:
     """The estimator function registered under ``name`` (or one of its aliases).
 
@@ -391,7 +551,7 @@ def all_names() -> list[str]:
     return [*_SPECS, *_ALIASES]
 
 
-def specs() -> list[EstimatorSpec]:
+def estimator_specs() -> list[EstimatorSpec]:
     """Every registered :class:`EstimatorSpec`, built-ins first."""
     load_plugins()
     return list(_SPECS.values())
@@ -402,14 +562,22 @@ class _Snapshot:
     specs: dict[str, EstimatorSpec] = field(default_factory=dict)
     aliases: dict[str, str] = field(default_factory=dict)
     listeners: list[Callable[[EstimatorSpec], None]] = field(default_factory=list)
+    plugins_loaded: bool = False
+    plugin_errors: dict[str, str] = field(default_factory=dict)
 
 
 def snapshot() -> _Snapshot:
     """The registry's state, for :func:`restore` (tests keep registrations from leaking)."""
-    return _Snapshot(dict(_SPECS), dict(_ALIASES), list(_LISTENERS))
+    return _Snapshot(
+        dict(_SPECS), dict(_ALIASES), list(_LISTENERS), _plugins_loaded, dict(_PLUGIN_ERRORS)
+    )
 
 
 def restore(state: _Snapshot) -> None:
+    global _plugins_loaded
+    _plugins_loaded = state.plugins_loaded
+    _PLUGIN_ERRORS.clear()
+    _PLUGIN_ERRORS.update(state.plugin_errors)
     _SPECS.clear()
     _SPECS.update(state.specs)
     _ALIASES.clear()

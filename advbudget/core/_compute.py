@@ -12,8 +12,9 @@ from typing import Any, Literal
 
 from . import _checks
 from ._arrays import Array, as_array, backend, compute_dtype, device_of, is_traced
-from ._catalogue import Estimator, EstimatorSpec, get_spec, spec_from_function
-from ._groups import GroupMethod, Groups, build_groups
+from ._catalogue import Estimator, EstimatorSpec, as_spec
+from ._groups import GroupMethod, Groups
+from ._labels import build_groups
 from ._result import AdvantageResult
 from ._stats import GroupedRewards, Singletons, group_rewards
 
@@ -73,7 +74,7 @@ def compute_advantages(
         >>> res.valid.tolist(), res.num_skipped
         ([True, True, True, True, True, True], 0)
     """
-    spec = _spec_of(estimator)
+    spec = as_spec(estimator)
     given_inputs = {i.name: options.pop(i.name) for i in spec.inputs if i.name in options}
     resolved = spec.resolve_options(options)
     if singletons == "raw" and not spec.raw_singletons:
@@ -101,19 +102,6 @@ def compute_advantages(
         group_skipped=grouped.groups.per_group(grouped.skipped),
         grouped=grouped,
         advantage_rows=rows,
-    )
-
-
-def _spec_of(estimator: Any) -> EstimatorSpec:
-    if isinstance(estimator, EstimatorSpec):
-        return estimator
-    if isinstance(estimator, str):
-        return get_spec(estimator)
-    if callable(estimator):
-        return spec_from_function(getattr(estimator, "__name__", "custom"), estimator)
-    raise TypeError(
-        "estimator: expected a name, an EstimatorSpec or a callable, "
-        f"got {type(estimator).__name__}"
     )
 
 
@@ -163,6 +151,7 @@ def make_groups(
     group_ids: Any = None,
     num_groups: int | None = None,
     method: GroupMethod = "auto",
+    positions: Any = None,
 ) -> Groups:
     """Group the rollouts of ``rewards`` once, to reuse across estimators and metrics.
 
@@ -172,17 +161,22 @@ def make_groups(
     every later call on the same batch. With ``num_groups=M`` the labels
     are taken as codes ``0..M-1`` as they are (no factorisation): this works inside
     ``jax.jit`` with a static M. ``method`` forces a layout for labels: ``"segment"``
-    (the backend's scatter ops) or ``"padded"`` (pure Array API).
+    (the backend's scatter ops) or ``"padded"`` (pure Array API). Labels whose groups
+    all have one size, in any order, take the ``Permuted`` layout (one gather, then
+    reshapes); ``group_size=G, positions=slots`` declares it directly: rollout ``k`` is
+    member ``slots[k] % G`` of group ``slots[k] // G`` (OpenRLHF's ``experience.index``).
 
     Examples:
         >>> import numpy as np
         >>> from advbudget import make_groups, budget_advantage, dr_advantage
-        >>> rewards = np.array([0.0, 1.0, 1.0, 1.0])
-        >>> groups = make_groups(rewards, group_ids=["q1", "q2", "q1", "q2"])
+        >>> rewards = np.array([0.0, 1.0, 1.0, 1.0, 0.0])
+        >>> groups = make_groups(rewards, group_ids=["q1", "q2", "q1", "q2", "q2"])
         >>> groups
-        Segmented(num_rollouts=4, num_groups=2)
-        >>> budget_advantage(rewards, groups=groups), dr_advantage(rewards, groups=groups)
-        (array([-0.5,  0. ,  0.5,  0. ]), array([-0.5,  0. ,  0.5,  0. ]))
+        Segmented(num_rollouts=5, num_groups=2)
+        >>> budget_advantage(rewards, groups=groups).round(4)
+        array([-0.5   ,  0.1667,  0.5   ,  0.1667, -0.3333])
+        >>> make_groups(rewards[:4], group_size=2, positions=[0, 2, 1, 3])
+        Permuted(num_rollouts=4, group_size=2)
     """
     rewards, xp = as_array(rewards, "rewards")
     if rewards.ndim != 1 or rewards.shape[0] == 0:
@@ -199,6 +193,7 @@ def make_groups(
         like=rewards,
         method=method,
         num_groups=num_groups,
+        positions=positions,
     )
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from ._catalogue import all_names, get_spec, specs
+from ._catalogue import Estimator, EstimatorSpec, all_names, as_spec, estimator_specs, get_spec
 from ._compute import DEFAULT_TIE_ATOL, DEFAULT_TIE_RTOL
 from ._stats import Singletons
 
@@ -88,12 +88,13 @@ class Convention:
             )
         return known[name]
 
-    def is_mirror(self, estimator: str) -> bool:
+    def is_mirror(self, estimator: str | EstimatorSpec | Estimator) -> bool:
         """Whether the framework computes ``estimator`` itself."""
-        return get_spec(estimator).name in self.own_names
+        spec = as_spec(estimator)
+        return spec.name in self.own_names and get_spec(spec.name) is spec
 
     def settings(
-        self, estimator: str, overrides: Mapping[str, Any] | None = None
+        self, estimator: str | EstimatorSpec | Estimator, overrides: Mapping[str, Any] | None = None
     ) -> dict[str, Any]:
         """Keyword arguments of :func:`~advbudget.compute_advantages` for ``estimator`` in
         this framework: the conventions above, then ``overrides`` (the user's options).
@@ -106,8 +107,8 @@ class Convention:
             >>> get_convention("verl").settings("budget", {"budget": 0.5})
             {'tie_rtol': 1e-06, 'tie_atol': 1e-06, 'singletons': 'skip', 'budget': 0.5}
         """
-        spec = get_spec(estimator)
-        mirror = spec.name in self.own_names
+        spec = as_spec(estimator)
+        mirror = self.is_mirror(spec)
         exact = mirror and self.exact_ties
         out: dict[str, Any] = {
             "tie_rtol": 0.0 if exact else DEFAULT_TIE_RTOL,
@@ -122,7 +123,7 @@ class Convention:
     def option_names(self) -> list[str]:
         """Every option name of the catalogue (one flag or key each in the framework)."""
         seen: dict[str, None] = {}
-        for spec in specs():
+        for spec in estimator_specs():
             for option in spec.options:
                 seen.setdefault(option.name)
         return list(seen)
@@ -135,10 +136,26 @@ VERL = Convention(
         {
             "grpo": "grpo",
             "dr": "grpo with norm_adv_by_std_in_grpo=False",
-            "rloo": "rloo",
+            "rloo": 'rloo (rloo_vectorized is rloo with singletons="skip")',
+            "opo": "opo",
+            "grpo_passk": "grpo_passk",
+            "gpg": "gpg",
+            "reinforce_plus_plus_baseline": "reinforce_plus_plus_baseline",
+            "remax": "remax",
         }
     ),
-    options=_frozen({"grpo": {"eps": 1e-6, "std_correction": 1}}),
+    options=_frozen(
+        {
+            "grpo": {"eps": 1e-6, "std_correction": 1},
+            "grpo_passk": {"eps": 1e-6, "std_correction": 1},
+            "gpg": {"f_norm": 1.0},
+            "reinforce_plus_plus_baseline": {
+                "std_correction": 1,
+                "var_eps": 1e-8,
+                "var_floor": 0.0,
+            },
+        }
+    ),
     singletons="raw",
     extra_names=_frozen({"reward_budget": "budget"}),
     whole_batch="verl calls the estimator once on the whole batch, in its TaskRunner",
@@ -147,8 +164,22 @@ VERL = Convention(
 OPENRLHF = Convention(
     framework="openrlhf",
     version="0.11.2",
-    own_names=_frozen({"grpo": "group_norm", "dr": "dr_grpo", "rloo": "rloo"}),
-    options=_frozen({"grpo": {"eps": 1e-9, "std_correction": 1}}),
+    own_names=_frozen(
+        {
+            "grpo": "group_norm",
+            "dr": "dr_grpo",
+            "rloo": "rloo",
+            "reinforce": "reinforce",
+            "reinforce_baseline": "reinforce_baseline",
+        }
+    ),
+    options=_frozen(
+        {
+            "grpo": {"eps": 1e-9, "std_correction": 1},
+            "reinforce": {"std_correction": 0, "var_eps": 0.0, "var_floor": 1e-8},
+            "reinforce_baseline": {"std_correction": 0, "var_eps": 0.0, "var_floor": 1e-8},
+        }
+    ),
     extra_names=_frozen({"reward_budget": "budget"}),
     whole_batch="every experience of the step, concatenated, in the PPOTrainer actor",
 )
@@ -161,9 +192,17 @@ TRL = Convention(
             "grpo": 'GRPOTrainer scale_rewards="group"',
             "dr": 'GRPOTrainer scale_rewards="none"',
             "rloo": "RLOOTrainer",
+            "grpo_batch_std": 'GRPOTrainer scale_rewards="batch"',
+            "rloo_normalized": "RLOOTrainer normalize_advantages=True",
         }
     ),
-    options=_frozen({"grpo": {"eps": 1e-4, "std_correction": 1}}),
+    options=_frozen(
+        {
+            "grpo": {"eps": 1e-4, "std_correction": 1},
+            "grpo_batch_std": {"eps": 1e-4, "std_correction": 1},
+            "rloo_normalized": {"eps": 1e-4, "std_correction": 1},
+        }
+    ),
     prefix="",
     kappa_every=0,
     whole_batch="the rewards gathered from every process (TRL's _calculate_rewards)",

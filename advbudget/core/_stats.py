@@ -142,3 +142,47 @@ def batch_mean_std(
     centred = g.only_present(rows - mean)
     variance = xp.sum(w * centred * centred) / (total - correction)
     return mean, xp.sqrt(variance)
+
+
+def batch_mean_var(
+    g: GroupedRewards, rows: Array, *, weights: Array | None = None, correction: int = 1
+) -> tuple[Array, Array]:
+    """Like :func:`batch_mean_std`, but the variance, and 0 (not NaN) when the total
+    weight is at most ``correction`` (a batch of one rollout, or of one token)."""
+    xp = g.xp
+    rows = g.only_present(rows)  # NaN rewards left out (nan_policy="omit") must not leak
+    ones = xp.ones_like(rows)
+    # Weights may be stats expanded against rows (broadcastable): make them full rows.
+    w = g.only_present(ones if weights is None else weights * ones)
+    total = xp.sum(w)
+    mean = xp.sum(w * rows) / xp.where(total > 0, total, xp.ones_like(total))
+    centred = g.only_present(rows - mean)
+    dof = total - correction
+    ok = dof > 0
+    variance = xp.where(ok, xp.sum(w * centred * centred) / xp.where(ok, dof, 1), 0)
+    return mean, variance
+
+
+def batch_whiten(
+    g: GroupedRewards,
+    rows: Array,
+    *,
+    weights: Array | None = None,
+    correction: int = 1,
+    var_eps: float = 0.0,
+    var_floor: float = 0.0,
+    std_norm: bool = True,
+) -> Array:
+    """``(rows - mean) / sqrt(max(var + var_eps, var_floor))`` with the mean and variance
+    of the whole batch (:func:`batch_mean_var`: token-weighted when ``weights`` are the
+    response lengths); only the mean is subtracted when ``std_norm`` is False."""
+    xp = g.xp
+    mean, variance = batch_mean_var(g, rows, weights=weights, correction=correction)
+    centred = g.only_present(rows - mean)
+    if not std_norm:
+        return centred
+    denominator = variance + var_eps
+    denominator = xp.where(denominator < var_floor, var_floor, denominator)
+    positive = denominator > 0
+    inverse = xp.where(positive, 1 / xp.sqrt(xp.where(positive, denominator, 1)), 0)
+    return centred * inverse

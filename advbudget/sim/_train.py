@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..core import compute_advantages, get_estimator
+from ..core import compute_advantages, get_spec
 from ..metrics import advantage_metrics, kappa_eff, summarize
 from ._policy import Minibatch, surrogate_loss
 from ._task import Float, Task, exact_metrics, log_policy, sample_rollouts
@@ -73,7 +73,13 @@ class RunConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.estimator, str):
             raise TypeError(f"estimator: expected an estimator name, got {self.estimator!r}")
-        get_estimator(self.estimator)  # raises "estimator: expected one of ..."
+        spec = get_spec(self.estimator)  # raises "estimator: expected one of ..."
+        needs = [i.name for i in spec.inputs if i.required]
+        if needs:
+            raise ValueError(
+                f"estimator: {spec.name} needs per-rollout inputs ({', '.join(needs)}) that "
+                "the lab's bandit rollouts do not have"
+            )
         _check_int("steps", self.steps, 0)
         _check_int("group_size", self.group_size, 2)
         _check_int("prompts_per_step", self.prompts_per_step, 1)

@@ -1,11 +1,12 @@
 """OpenRLHF (0.11.2): the advbudget estimators inside OpenRLHF's PPO trainer.
 
 Run ``python -m advbudget.adapters.openrlhf`` with any ``openrlhf.cli.train_ppo_ray`` flags
-and ``--algo.advantage.estimator reward_budget`` (or ``advbudget_group_norm``,
-``advbudget_dr_grpo``, ``advbudget_rloo``); see ``docs/guides/openrlhf.md``. The pieces:
+and ``--algo.advantage.estimator reward_budget`` (or ``advbudget_NAME`` for any estimator
+of the advbudget catalogue: ``advbudget_group_norm``, ``advbudget_dr_grpo``, a plugin's);
+see ``docs/guides/openrlhf.md``. The pieces:
 
-- :func:`compute_advantages_and_returns`: OpenRLHF's advantage step for our
-  :data:`ESTIMATORS`, keeping its length penalties, reward clipping, KL-in-reward and
+- :func:`compute_advantages_and_returns`: OpenRLHF's advantage step for our estimators
+  (:func:`estimator_names`), keeping its length penalties, reward clipping, KL-in-reward and
   returns semantics, with the group shaping from the core and per-sample metrics;
 - :func:`cumulative_returns`: OpenRLHF's per-token return loop as one reversed cumsum;
 - :func:`install` / :func:`uninstall` / :func:`is_installed`: the patch of OpenRLHF's trainer
@@ -19,19 +20,19 @@ and ``--algo.advantage.estimator reward_budget`` (or ``advbudget_group_norm``,
 
 from __future__ import annotations
 
-from ._advantages import ESTIMATORS, compute_advantages_and_returns, core_estimator
+from ._advantages import compute_advantages_and_returns, core_estimator, estimator_names
 from ._patch import HOOK, install, is_installed, uninstall
 from ._returns import cumulative_returns
 from ._version import SUPPORTED_OPENRLHF, check_openrlhf_version
 
 __all__ = [
-    "ESTIMATORS",
     "HOOK",
     "SUPPORTED_OPENRLHF",
     "check_openrlhf_version",
     "compute_advantages_and_returns",
     "core_estimator",
     "cumulative_returns",
+    "estimator_names",
     "install",
     "is_installed",
     "uninstall",

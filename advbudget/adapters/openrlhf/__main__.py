@@ -3,12 +3,15 @@
 Runs OpenRLHF's own ``openrlhf.cli.train_ppo_ray`` as ``__main__`` (its parser, its
 checks, its trainer) with three changes:
 
-- ``--algo.advantage.estimator`` also accepts our names (:data:`ESTIMATORS`);
-- own flags: ``--advbudget.budget B`` (reward_budget's total budget, default 1.0; read
-  inside the trainer as ``args.advbudget.budget``), ``--advbudget.kappa_every K`` (log κ_eff
-  every K steps, one extra actor forward over 2 samples per group; 0 turns it off; default
-  10) and ``--advbudget.parse_only`` (parse and run OpenRLHF's argument checks, print the
-  estimator, stop before Ray starts);
+- ``--algo.advantage.estimator`` also accepts our names (``reward_budget`` and
+  ``advbudget_NAME`` for every estimator of the advbudget catalogue, plugins included);
+- own flags: ``--advbudget.<option>`` for every option of the catalogue's estimators
+  (``--advbudget.budget B``: reward_budget's total budget, default 1.0; ``--advbudget.eps``;
+  a plugin's own; read inside the trainer as ``args.advbudget.<option>``; unset ones keep
+  the estimator's default), ``--advbudget.tie_rtol`` / ``--advbudget.tie_atol``,
+  ``--advbudget.kappa_every K`` (log κ_eff every K steps, one extra actor forward over 2
+  samples per group; 0 turns it off; default 10) and ``--advbudget.parse_only`` (parse and
+  run OpenRLHF's argument checks, print the estimator, stop before Ray starts);
 - Ray is initialised with our patch as ``worker_process_setup_hook`` (plus OpenRLHF's own
   env_vars) so that the ``PPOTrainer`` actor computes our advantages. Under ``ray job
   submit`` the job's ``--runtime-env-json`` may carry the hook too (needed when the job runs
@@ -29,12 +32,15 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ._advantages import ESTIMATORS
+from advbudget.core import estimator_specs, get_spec
+
+from ._advantages import OPENRLHF, estimator_names, is_ours
 from ._patch import HOOK, install
 from ._version import check_openrlhf_version
 
 ESTIMATOR_FLAG = "--algo.advantage.estimator"
-DEFAULT_KAPPA_EVERY = 10
+DEFAULT_KAPPA_EVERY = OPENRLHF.kappa_every
+_OWN_FLAGS = ("kappa_every", "parse_only", "tie_rtol", "tie_atol")
 
 
 class ParsedOnly(Exception):
@@ -48,7 +54,7 @@ class ParsedOnly(Exception):
 def validate(flat: argparse.Namespace) -> None:
     """Our own preconditions on OpenRLHF's flat (dotted) namespace; raises ``SystemExit``."""
     estimator = getattr(flat, "algo.advantage.estimator", None)
-    if estimator not in ESTIMATORS:
+    if estimator is None or not is_ours(estimator):
         return
     n = getattr(flat, "rollout.n_samples_per_prompt", 1)
     if n is None or n < 2:
@@ -61,12 +67,43 @@ def validate(flat: argparse.Namespace) -> None:
             f"advbudget: --algo.advantage.estimator {estimator} uses no critic; drop "
             "--critic.model_name_or_path"
         )
-    budget = getattr(flat, "advbudget.budget", 1.0)
-    if not budget > 0:
-        raise SystemExit(f"advbudget: --advbudget.budget must be > 0, got {budget}")
+    spec = get_spec(OPENRLHF.core_name(estimator))
+    given = {o.name: getattr(flat, f"advbudget.{o.name}", None) for o in spec.options}
+    try:
+        spec.resolve_options({k: v for k, v in given.items() if v is not None})
+    except (TypeError, ValueError) as error:
+        raise SystemExit(f"advbudget: --advbudget.{error}") from None
     every = getattr(flat, "advbudget.kappa_every", DEFAULT_KAPPA_EVERY)
     if every < 0:
         raise SystemExit(f"advbudget: --advbudget.kappa_every must be >= 0, got {every}")
+
+
+def option_flags() -> dict[str, Any]:
+    """``--advbudget.<option>`` for every option of the catalogue -> the argparse type
+    (from the option's default: a bool takes true/false)."""
+    flags: dict[str, Any] = {}
+    for name in OPENRLHF.option_names():
+        if name in _OWN_FLAGS:
+            raise ValueError(f"an estimator option named {name!r} clashes with --advbudget.{name}")
+        defaults = [o.default for s in estimator_specs() if (o := s.option(name)) is not None]
+        flags[name] = _argparse_type(defaults[0])
+    return flags
+
+
+def _argparse_type(default: Any) -> Any:
+    if isinstance(default, bool):
+        return _boolean
+    if isinstance(default, (int, float, str)):
+        return type(default)
+    return str
+
+
+def _boolean(text: str) -> bool:
+    if text.lower() in ("1", "true", "yes"):
+        return True
+    if text.lower() in ("0", "false", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
 @contextlib.contextmanager
@@ -76,13 +113,16 @@ def _patched_parser(parse_only: bool) -> Iterator[None]:
 
     def add_argument(self: argparse.ArgumentParser, *names: Any, **kwargs: Any) -> Any:
         if ESTIMATOR_FLAG in names and kwargs.get("choices") is not None:
-            kwargs["choices"] = [*kwargs["choices"], *ESTIMATORS]
+            kwargs["choices"] = [*kwargs["choices"], *estimator_names()]
         return original_add(self, *names, **kwargs)
 
     def parse_args(self: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> Any:
         if not any(ESTIMATOR_FLAG in a.option_strings for a in self._actions):
             return original_parse(self, *args, **kwargs)
-        original_add(self, "--advbudget.budget", type=float, default=1.0)
+        for name, kind in option_flags().items():
+            original_add(self, f"--advbudget.{name}", type=kind, default=None)
+        original_add(self, "--advbudget.tie_rtol", type=float, default=None)
+        original_add(self, "--advbudget.tie_atol", type=float, default=None)
         original_add(self, "--advbudget.kappa_every", type=int, default=DEFAULT_KAPPA_EVERY)
         original_add(self, "--advbudget.parse_only", action="store_true", default=False)
         flat = original_parse(self, *args, **kwargs)

@@ -2,7 +2,8 @@
 
 A drop-in for ``RemoteExperienceMaker.compute_advantages_and_returns(self, experiences)``
 (openrlhf 0.11.2, ``openrlhf/trainer/ppo_utils/experience_maker.py`` lines 238-341) for the
-estimators in :data:`ESTIMATORS`. OpenRLHF's steps, in its order:
+estimators of the advbudget catalogue (:func:`estimator_names`). OpenRLHF's steps, in its
+order:
 
 1. rewards promoted to at least float32; length penalties (DAPO overlong, ProRL
    stop-properly) by OpenRLHF's own ``apply_length_penalties``, when configured;
@@ -31,42 +32,47 @@ import itertools
 import logging
 from typing import Any
 
-from advbudget.core import compute_advantages
-from advbudget.core._compute import DEFAULT_TIE_ATOL, DEFAULT_TIE_RTOL
+from advbudget.core import KappaPairs as CorePairs
+from advbudget.core import compute_advantages, get_convention, get_spec, kappa_pairs, make_groups
 from advbudget.metrics import advantage_metrics
 
 from ._returns import cumulative_returns
 
 _logger = logging.getLogger("advbudget.adapters.openrlhf")
-METRIC_PREFIX = "advbudget/"
+OPENRLHF = get_convention("openrlhf")
+METRIC_PREFIX = OPENRLHF.metric_prefix
 
-# Our estimator names -> (core estimator, options). The mirrors of OpenRLHF's own keep its
-# conventions: eps 1e-9 and unbiased std for group_norm, exact ties only.
-ESTIMATORS: dict[str, tuple[str, dict[str, Any]]] = {
-    "reward_budget": ("budget", {"tie_rtol": DEFAULT_TIE_RTOL, "tie_atol": DEFAULT_TIE_ATOL}),
-    "advbudget_group_norm": (
-        "grpo",
-        {"eps": 1e-9, "std_correction": 1, "tie_rtol": 0.0, "tie_atol": 0.0},
-    ),
-    "advbudget_dr_grpo": ("dr", {"tie_rtol": 0.0, "tie_atol": 0.0}),
-    "advbudget_rloo": ("rloo", {"tie_rtol": 0.0, "tie_atol": 0.0}),
-}
+
+def estimator_names() -> list[str]:
+    """Our names for ``--algo.advantage.estimator``: ``reward_budget`` and
+    ``advbudget_NAME`` for every name and alias of the catalogue (plugins included)."""
+    return list(OPENRLHF.names())
+
+
+def is_ours(name: str) -> bool:
+    """Whether OpenRLHF estimator ``name`` is one of ours (else OpenRLHF's own code runs)."""
+    return name in OPENRLHF.names()
+
+
+def option_value(args: Any, key: str) -> Any:
+    """``--advbudget.<key>`` from OpenRLHF's hierarchised args (None when not given)."""
+    return getattr(getattr(args, "advbudget", None), key, None)
 
 
 def core_estimator(name: str, args: Any = None) -> tuple[str, dict[str, Any]]:
-    """The core estimator and its options for our OpenRLHF estimator ``name``.
-
-    ``reward_budget`` reads its budget from ``args.advbudget.budget`` when present
-    (default 1.0; set by the entry point's ``--advbudget.budget``).
-    """
-    if name not in ESTIMATORS:
-        raise ValueError(f"estimator: expected one of {sorted(ESTIMATORS)}, got {name!r}")
-    core, options = ESTIMATORS[name]
-    options = dict(options)
-    if core == "budget":
-        budget = getattr(getattr(args, "advbudget", None), "budget", None)
-        options["budget"] = 1.0 if budget is None else float(budget)
-    return core, options
+    """The core estimator and its :func:`compute_advantages` keywords for our OpenRLHF
+    estimator ``name``: OpenRLHF's conventions for the estimators it has (eps 1e-9 and
+    unbiased std for group_norm, exact ties), the core's for the others, then the
+    ``--advbudget.<option>`` flags given (``--advbudget.budget 0.5``)."""
+    core = OPENRLHF.core_name(name)
+    spec = get_spec(core)
+    keys = (*(o.name for o in spec.options), "tie_rtol", "tie_atol")
+    given = {key: option_value(args, key) for key in keys}
+    overrides = {k: v for k, v in given.items() if v is not None}
+    advantage = getattr(getattr(args, "algo", None), "advantage", None)
+    if spec.option("std_norm") is not None and getattr(advantage, "no_std_norm", False):
+        overrides.setdefault("std_norm", False)  # OpenRLHF's --algo.advantage.no_std_norm
+    return core, OPENRLHF.settings(core, overrides)
 
 
 def compute_advantages_and_returns(
@@ -102,19 +108,19 @@ def compute_advantages_and_returns(
         apply_length_penalties(experiences, args)
 
     sizes = [len(experience.index) for experience in experiences]
-    # order[k]: the prompt-major position of the k-th sample in experience order.
-    order = torch.tensor(list(itertools.chain.from_iterable(e.index for e in experiences)))
-    raw_rewards = torch.cat([experience.rewards for experience in experiences])
-    if raw_rewards.numel() % n:
+    rewards = torch.cat([experience.rewards for experience in experiences])
+    if rewards.numel() % n:
         raise ValueError(
-            f"experiences: {raw_rewards.numel()} samples are not a whole number of groups of "
+            f"experiences: {rewards.numel()} samples are not a whole number of groups of "
             f"n_samples_per_prompt={n}"
         )
-    rewards = torch.empty_like(raw_rewards)
-    rewards[order] = raw_rewards  # prompt-major: each group's samples contiguous
-
-    result = compute_advantages(rewards, core, group_size=n, **options)
-    shaped = result.advantages.to(rewards.dtype)[order]  # back to experience order
+    # experience.index: each sample's slot in the prompt-major order, i.e. the core's
+    # Permuted layout (each prompt's samples one row, in OpenRLHF's order).
+    slots = list(itertools.chain.from_iterable(e.index for e in experiences))
+    groups = make_groups(rewards, group_size=n, positions=slots)
+    inputs = _inputs(name, core, experiences, rewards)
+    result = compute_advantages(rewards, core, groups=groups, **options, **inputs)
+    shaped = result.advantages.to(rewards.dtype)  # experience order, as the rewards
 
     if args.algo.advantage.gamma != 1.0:
         _logger.warning("gamma is set to 1.0 for %s", name)
@@ -133,10 +139,10 @@ def compute_advantages_and_returns(
 
     # OpenRLHF's own per-sample info, as tensors.
     info = {
-        "group_reward_std": rewards.reshape(-1, n).std(-1).repeat_interleave(n)[order],
+        "group_reward_std": groups.flat(groups.rows(rewards).std(-1, keepdim=True).expand(-1, n)),
         "return": reward.sum(-1),
     }
-    metrics = sample_metrics(result, order)
+    metrics = sample_metrics(result)
     starts = list(itertools.accumulate([0, *sizes[:-1]]))  # each experience's first sample
 
     # Each experience gets views of batch tensors when Ray ships a view's own elements,
@@ -161,13 +167,33 @@ def compute_advantages_and_returns(
         end = start + len(experience.index)
         experience.info.update((key, values[start:end]) for key, values in metrics.items())
         experience.kl = None
-    _remember_for_kappa(maker, experiences, result, order)
+    _remember_for_kappa(maker, experiences, result)
     return experiences
 
 
-def sample_metrics(result: Any, order: Any) -> dict[str, list[float]]:
-    """:func:`advbudget.metrics.advantage_metrics` as per-sample lists in experience order
-    (``order``: prompt-major positions), keyed ``advbudget/...`` as in the verl adapter.
+def _inputs(name: str, core: str, experiences: list[Any], rewards: Any) -> dict[str, Any]:
+    """The estimator's extra inputs, in experience order like the rewards:
+    ``response_lengths`` is each sample's action-token count; OpenRLHF has no other
+    per-sample input to offer."""
+    import torch
+
+    out = {}
+    for declared in get_spec(core).inputs:
+        if declared.name != "response_lengths":
+            if declared.required:
+                raise ValueError(
+                    f"{name}: needs {declared.name} ({declared.doc}), which OpenRLHF's "
+                    "experiences do not carry"
+                )
+            continue
+        lengths = torch.cat([e.action_mask.sum(-1) for e in experiences])
+        out[declared.name] = lengths.to(rewards.dtype)
+    return out
+
+
+def sample_metrics(result: Any) -> dict[str, list[float]]:
+    """:func:`advbudget.metrics.advantage_metrics` as per-sample lists in the result's
+    (experience) order, keyed ``advbudget/...`` as in the verl adapter.
 
     OpenRLHF logs the sample mean of each ``info`` entry, so the fractions and the mean
     advantage are per-sample values whose mean is the batch's; the advantage gap (a mean
@@ -176,7 +202,7 @@ def sample_metrics(result: Any, order: Any) -> dict[str, list[float]]:
     """
     import torch
 
-    num = len(order)
+    num = int(result.advantages.shape[0])
     per_sample = torch.stack(
         [
             result.group_skipped[result.group_index],  # skipped_group_fraction: equal groups
@@ -184,7 +210,7 @@ def sample_metrics(result: Any, order: Any) -> dict[str, list[float]]:
             result.valid,
             result.advantages,
         ]
-    ).double()[:, order]
+    ).double()
     batch = advantage_metrics(result)
     names = (
         "skipped_group_fraction",
@@ -262,31 +288,28 @@ def kappa_every(args: Any) -> int:
     return int(getattr(getattr(args, "advbudget", None), "kappa_every", 0) or 0)
 
 
-def _remember_for_kappa(maker: Any, experiences: list[Any], result: Any, order: Any) -> None:
-    """Keep each group's o+ and o- (first largest and smallest advantage, groups with a gap
-    only) for the κ_eff pass after the update; nothing is kept when κ_eff is off."""
-    import torch
-
+def _remember_for_kappa(maker: Any, experiences: list[Any], result: Any) -> None:
+    """Keep each group's o+ and o- (:func:`advbudget.metrics.kappa_pairs` of ``result``,
+    positions in the concatenated experiences) for the κ_eff pass after the update;
+    nothing is kept when κ_eff is off."""
     if not kappa_every(maker.strategy.args):
         return
-    n = int(maker.strategy.args.rollout.n_samples_per_prompt)
-    grouped = result.advantages.reshape(-1, n)
-    with_gap = result.group_advantage_gap > 0
-    base = torch.arange(grouped.shape[0]) * n
-    position = torch.empty_like(order)  # prompt-major position -> experience order
-    position[order] = torch.arange(len(order))
-    maker._advbudget_kappa_pairs = KappaPairs(
-        experiences=experiences,
-        top=position[(base + grouped.argmax(-1))[with_gap]],
-        bottom=position[(base + grouped.argmin(-1))[with_gap]],
-    )
+    maker._advbudget_kappa_pairs = KappaPairs(experiences=experiences, pairs=kappa_pairs(result))
 
 
 @dataclasses.dataclass
 class KappaPairs:
-    """One step's κ_eff pairs: ``top``/``bottom`` are positions in the concatenated
-    experiences (experience order), one pair per group with an advantage gap."""
+    """One step's κ_eff pairs and the experiences they index: ``pairs`` (the core's
+    :class:`~advbudget.metrics.KappaPairs`) holds positions in the concatenated experiences
+    (experience order), one pair per kept group with an advantage gap."""
 
     experiences: list[Any]
-    top: Any
-    bottom: Any
+    pairs: CorePairs
+
+    @property
+    def top(self) -> Any:
+        return self.pairs.top
+
+    @property
+    def bottom(self) -> Any:
+        return self.pairs.bottom

@@ -17,7 +17,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from advbudget.metrics import kappa_eff, summarize
+from advbudget.core import kappa_eff_of_pairs, sequence_logprobs
+from advbudget.metrics import kappa_metric_dict
 
 from ._advantages import KappaPairs
 
@@ -32,41 +33,34 @@ def kappa_eff_status(pairs: KappaPairs, forward: Forward) -> dict[str, float]:
     """``advbudget/kappa_eff/*`` for one step's pairs, π_new from ``forward``."""
     import torch
 
-    if len(pairs.top) == 0:
+    if len(pairs.pairs) == 0:
         return {"advbudget/kappa_eff/count": 0.0}
     sizes = torch.tensor([len(e.index) for e in pairs.experiences])
     starts = torch.cumsum(sizes, 0) - sizes
-    wanted = torch.stack([pairs.top, pairs.bottom], dim=1).reshape(-1)  # o+, o-, o+, o-, ...
+    wanted = pairs.pairs.rows()  # sorted positions of every o+ and o- (experience order)
     source = torch.searchsorted(starts, wanted, right=True) - 1  # the experience of each row
 
-    rows_of: dict[int, set[int]] = {}  # experience -> its rows among the pairs
+    rows_of: dict[int, list[int]] = {}  # experience -> its rows among the pairs, sorted
     for position, j in zip(wanted.tolist(), source.tolist(), strict=True):
-        rows_of.setdefault(j, set()).add(position - int(starts[j]))
-    sequences, action_masks, attention_masks, old, picked = [], [], [], [], []
-    for j in sorted(rows_of):
-        rows = torch.tensor(sorted(rows_of[j]))
+        rows_of.setdefault(j, []).append(position - int(starts[j]))
+    sequences, action_masks, attention_masks, old = [], [], [], []
+    for j in sorted(rows_of):  # experiences in order, rows sorted: the order of ``wanted``
+        rows = torch.tensor(rows_of[j])
         experience = pairs.experiences[j]
         sequences.append(experience.sequences[rows])
         action_masks.append(experience.action_mask[rows])
         attention_masks.append(experience.attention_mask[rows])
-        old.append(_sequence_logprobs(experience.action_log_probs[rows], action_masks[-1]))
-        picked.append(rows + starts[j])
+        old.append(sequence_logprobs(experience.action_log_probs[rows], action_masks[-1]))
     new = [
-        _sequence_logprobs(logp, mask)
+        sequence_logprobs(logp, mask)
         for logp, mask in zip(
             forward(sequences, action_masks, attention_masks), action_masks, strict=True
         )
     ]
-    # Back to pair order: row k of the concatenation is position picked[k].
-    slot = torch.searchsorted(torch.cat(picked), wanted)
-    old_pairs, new_pairs = torch.cat(old)[slot], torch.cat(new)[slot]
-    advantages = torch.tensor([1.0, -1.0]).repeat(len(pairs.top))  # o+ ranks above o-
-    values = kappa_eff(old_pairs.double(), new_pairs.double(), advantages.double(), group_size=2)
-    return {f"advbudget/kappa_eff/{k}": v for k, v in summarize(values).items()}
-
-
-def _sequence_logprobs(token_logprobs: Any, action_mask: Any) -> Any:
-    return (token_logprobs.float() * action_mask).sum(-1)
+    values = kappa_eff_of_pairs(
+        pairs.pairs, torch.cat(old).double(), torch.cat(new).double(), rows=wanted
+    )
+    return kappa_metric_dict(values)
 
 
 def actor_forward(trainer: Any) -> Forward:

@@ -3,7 +3,7 @@
 :func:`install` wraps two methods (openrlhf 0.11.2):
 
 - ``RemoteExperienceMaker.compute_advantages_and_returns`` (``experience_maker.py``): for our
-  estimator names (:data:`~advbudget.adapters.openrlhf.ESTIMATORS`) it runs
+  estimator names (:func:`~advbudget.adapters.openrlhf.estimator_names`) it runs
   :func:`~advbudget.adapters.openrlhf.compute_advantages_and_returns`, for every other name
   OpenRLHF's own method, unchanged;
 - ``BasePPOTrainer.ppo_train`` (``ppo_trainer.py``; the sync ``PPOTrainer`` and the async
@@ -28,7 +28,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from ._advantages import ESTIMATORS, compute_advantages_and_returns
+from ._advantages import compute_advantages_and_returns, is_ours
 from ._kappa import after_update
 from ._version import check_openrlhf_version
 
@@ -39,7 +39,7 @@ _MARK = "_advbudget_original"
 def _wrap_compute_advantages_and_returns(original: Any) -> Any:
     @functools.wraps(original)
     def compute_advantages_and_returns_patched(self: Any, experiences: list[Any]) -> Any:
-        if self.strategy.args.algo.advantage.estimator in ESTIMATORS:
+        if is_ours(self.strategy.args.algo.advantage.estimator):
             import torch
 
             with torch.no_grad():
@@ -53,7 +53,7 @@ def _wrap_ppo_train(original: Any) -> Any:
     @functools.wraps(original)
     def ppo_train_patched(self: Any, global_steps: int) -> Any:
         status = original(self, global_steps)
-        if self.args.algo.advantage.estimator in ESTIMATORS:
+        if is_ours(self.args.algo.advantage.estimator):
             status.update(after_update(self, global_steps))
         return status
 

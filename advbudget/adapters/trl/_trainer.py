@@ -16,9 +16,19 @@ from typing import Any
 
 import torch
 
-from advbudget.core import AdvantageResult, Estimator, compute_advantages, get_estimator
-from advbudget.core._compute import DEFAULT_TIE_ATOL, DEFAULT_TIE_RTOL
-from advbudget.metrics import advantage_metrics, kappa_eff, summarize
+from advbudget.core import (
+    AdvantageResult,
+    Estimator,
+    EstimatorSpec,
+    KappaPairs,
+    compute_advantages,
+    get_convention,
+    get_spec,
+    kappa_eff_of_pairs,
+    kappa_pairs,
+    sequence_logprobs,
+)
+from advbudget.metrics import advantage_metric_dict, kappa_metric_dict
 
 from ._version import check_trl_version
 
@@ -29,23 +39,26 @@ from trl.trainer.grpo_trainer import (  # type: ignore[import-not-found, unused-
     GRPOTrainer,
 )
 
-METRIC_PREFIX = "advbudget/"
-# TRL's own GRPO: unbiased std and (r - mean) / (std + 1e-4).
-TRL_GRPO_OPTIONS: Mapping[str, Any] = {"eps": 1e-4, "std_correction": 1}
+TRL = get_convention("trl")
+METRIC_PREFIX = TRL.metric_prefix
 _NAN_POLICIES = ("omit", "raise")
+
+
+_COMPUTE_KEYWORDS = ("tie_rtol", "tie_atol", "singletons")
 
 
 @dataclass
 class _KappaBatch:
-    """What the κ_eff pass after the update needs: the local rows and their old log-probs."""
+    """What the κ_eff pass after the update needs: the pairs of the global batch, this
+    process's pair rows and their log-probs before the update."""
 
-    rows: torch.Tensor  # local indices of the max/min-advantage rollouts
+    pairs: KappaPairs  # o+ / o- of each group, indices into the global batch
+    rows: torch.Tensor  # local indices of this process's pair rows (one dummy row if none)
+    real: int  # how many of ``rows`` are pair rows (0 or len(rows))
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
     completion_mask: torch.Tensor
     logp_before: torch.Tensor  # sequence log-probs before the update, [len(rows)]
-    advantages: torch.Tensor  # global advantages, [global B]
-    group_size: int
     local_size: int
 
 
@@ -60,16 +73,19 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
     refused).
 
     Args:
-        advantage_estimator: an estimator name of :func:`advbudget.compute_advantages`
-            (``"budget"``, ``"grpo"``, ``"dr"``, ``"rloo"``, a registered name) or an
-            estimator callable.
-        advantage_options: the estimator's options (``{"budget": 1.0}``; for ``"grpo"``
-            ``eps`` and ``std_correction``, which default to TRL's ``1e-4`` and 1).
+        advantage_estimator: any estimator of the advbudget catalogue, by name or alias
+            (``"budget"``, ``"grpo"``, ``"dr"``, ``"rloo"``, a registered or plugin name;
+            ``advbudget estimators`` lists them), an ``EstimatorSpec``, or an estimator
+            callable.
+        advantage_options: the estimator's options (``{"budget": 1.0}``), checked against
+            its spec now. Estimators TRL has too keep TRL's constants unless given here
+            (``"grpo"``: ``eps`` 1e-4 and unbiased std, as ``scale_rewards="group"``).
         nan_policy: a completion that every reward function scored ``None`` has a NaN
             reward. ``"omit"`` (default) leaves it out of its group's statistics and
             gives it advantage 0 (what TRL does); ``"raise"`` raises ValueError.
         tie_rtol, tie_atol: reward spreads at most this are ties (group skipped); see
-            :func:`advbudget.compute_advantages`. Pass 0 and 0 to match TRL exactly.
+            :func:`advbudget.compute_advantages`. Default: exact ties for the estimators
+            TRL has (its numbers), 1e-6 for the others (budget, plugins).
         skip_empty_groups: when True, rollouts that take no part in the update (their
             group was skipped, or their reward is NaN) get their ``completion_mask`` rows
             zeroed, so they also leave the loss normaliser of the token-sum loss types
@@ -102,36 +118,48 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
     def __init__(
         self,
         *args: Any,
-        advantage_estimator: str | Estimator = "budget",
+        advantage_estimator: str | Estimator | EstimatorSpec = "budget",
         advantage_options: Mapping[str, Any] | None = None,
         nan_policy: str = "omit",
-        tie_rtol: float = DEFAULT_TIE_RTOL,
-        tie_atol: float = DEFAULT_TIE_ATOL,
+        tie_rtol: float | None = None,
+        tie_atol: float | None = None,
         skip_empty_groups: bool = False,
         kappa_every: int = 0,
         **kwargs: Any,
     ) -> None:
-        if not (callable(advantage_estimator) or isinstance(advantage_estimator, str)):
-            raise TypeError(
-                "advantage_estimator: expected an estimator name or a callable, got "
-                f"{type(advantage_estimator).__name__}"
-            )
         if isinstance(advantage_estimator, str):
-            get_estimator(advantage_estimator)  # an unknown name fails here, not at step 1
+            spec = get_spec(advantage_estimator)  # an unknown name fails here, not at step 1
+        elif isinstance(advantage_estimator, EstimatorSpec):
+            spec = advantage_estimator
+        elif callable(advantage_estimator):
+            spec = None
+        else:
+            raise TypeError(
+                "advantage_estimator: expected an estimator name, an EstimatorSpec or a "
+                f"callable, got {type(advantage_estimator).__name__}"
+            )
         if nan_policy not in _NAN_POLICIES:
             raise ValueError(f"nan_policy: expected one of {_NAN_POLICIES}, got {nan_policy!r}")
         if not isinstance(skip_empty_groups, bool):
             raise TypeError(f"skip_empty_groups: expected a bool, got {skip_empty_groups!r}")
         if isinstance(kappa_every, bool) or not isinstance(kappa_every, int) or kappa_every < 0:
             raise ValueError(f"kappa_every: expected an int >= 0, got {kappa_every!r}")
-        options = dict(advantage_options or {})
-        if advantage_estimator in ("grpo", "group_norm"):
-            options = {**TRL_GRPO_OPTIONS, **options}
+        overrides = dict(advantage_options or {})
+        for key, value in (("tie_rtol", tie_rtol), ("tie_atol", tie_atol)):
+            if value is not None:
+                overrides[key] = value
+        if spec is not None and spec.inputs:
+            names = ", ".join(i.name for i in spec.inputs)
+            raise ValueError(
+                f"advantage_estimator: {spec.name} needs per-rollout inputs ({names}) that "
+                "TRL's reward step does not provide"
+            )
+        settings = TRL.settings(advantage_estimator, overrides)
+        if spec is not None:  # a bad option fails here, not at step 1
+            spec.resolve_options({k: v for k, v in settings.items() if k not in _COMPUTE_KEYWORDS})
         self.advantage_estimator = advantage_estimator
-        self.advantage_options = options
+        self.advantage_settings = settings
         self.nan_policy = nan_policy
-        self.tie_rtol = tie_rtol
-        self.tie_atol = tie_atol
         self.skip_empty_groups = skip_empty_groups
         self.kappa_every = kappa_every
         super().__init__(*args, **kwargs)
@@ -181,10 +209,9 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
             self._drop_invalid_rows(output, result.valid[local])
 
         self._replace_logged_advantages(advantages)
-        for key, value in advantage_metrics(result).items():
-            if key in ("advantage_min", "advantage_max"):
-                continue
-            self._metrics[mode][METRIC_PREFIX + key].append(value)
+        for key, value in advantage_metric_dict(result, METRIC_PREFIX).items():
+            if not key.endswith(("advantage_min", "advantage_max")):
+                self._metrics[mode][key].append(value)
         if mode == "train" and self.kappa_every:
             if self._advbudget_generations % self.kappa_every == 0:
                 self._advbudget_kappa = self._kappa_before(output, advantages, group_size, start)
@@ -210,9 +237,7 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
             self.advantage_estimator,
             group_size=group_size,
             nan_policy=self.nan_policy,  # type: ignore[arg-type]
-            tie_rtol=self.tie_rtol,
-            tie_atol=self.tie_atol,
-            **self.advantage_options,
+            **self.advantage_settings,
         )
 
     def _drop_invalid_rows(self, output: dict[str, Any], keep: torch.Tensor) -> None:
@@ -242,41 +267,44 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
                 completion_mask.shape[1],
                 batch_size=self.args.per_device_train_batch_size,
             )
-        total: torch.Tensor = (logps * completion_mask).sum(dim=1)
+        total: torch.Tensor = sequence_logprobs(logps, completion_mask)
         return total
 
     def _kappa_before(
         self, output: dict[str, Any], advantages: torch.Tensor, group_size: int, start: int
     ) -> _KappaBatch:
+        """Pick the pairs from the global batch's AdvantageResult; keep this process's pair
+        rows and their log-probs before the update (``advantages`` and ``group_size`` are
+        those of ``self.last_advantage_result``, which holds the grouping)."""
+        result = self.last_advantage_result
+        if result is None:
+            raise RuntimeError("AdvBudgetGRPOTrainer: κ_eff needs the batch's AdvantageResult")
         local_size = int(output["advantages"].shape[0])
-        rows = advantages.view(-1, group_size)
-        offsets = torch.arange(rows.shape[0], device=rows.device) * group_size
-        has_gap = rows.amax(dim=1) > rows.amin(dim=1)
-        # torch.argmax/argmin return the first extreme: the rollouts kappa_eff picks.
-        chosen = torch.cat(
-            [(rows.argmax(dim=1) + offsets)[has_gap], (rows.argmin(dim=1) + offsets)[has_gap]]
-        )
-        chosen = torch.unique(chosen[(chosen >= start) & (chosen < start + local_size)]) - start
-        if chosen.numel() == 0:  # still run the forward passes: sharded models need every rank
-            chosen = torch.zeros(1, dtype=torch.long, device=rows.device)
-        prompt_ids, prompt_mask = output["prompt_ids"][chosen], output["prompt_mask"][chosen]
-        completion_ids = output["completion_ids"][chosen]
-        completion_mask = output["completion_mask"][chosen].float()
+        pairs = kappa_pairs(result)
+        rows = pairs.rows()
+        rows = rows[(rows >= start) & (rows < start + local_size)] - start
+        real = int(rows.shape[0])
+        if real == 0:  # still run the forward passes: sharded models need every rank
+            rows = torch.zeros(1, dtype=torch.long, device=rows.device)
+        rows = rows.to(output["completion_ids"].device)
+        prompt_ids, prompt_mask = output["prompt_ids"][rows], output["prompt_mask"][rows]
+        completion_ids = output["completion_ids"][rows]
+        completion_mask = output["completion_mask"][rows]
         input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
-        attention_mask = torch.cat([prompt_mask, output["completion_mask"][chosen]], dim=1)
+        attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
         old = output.get("old_per_token_logps")
         if old is not None:
-            logp_before = (old[chosen] * completion_mask).sum(dim=1)
+            logp_before = sequence_logprobs(old[rows], completion_mask)
         else:
             logp_before = self._sequence_logps(input_ids, attention_mask, completion_mask)
         return _KappaBatch(
-            rows=chosen,
+            pairs=pairs,
+            rows=rows,
+            real=real,
             input_ids=input_ids,
             attention_mask=attention_mask,
             completion_mask=completion_mask,
             logp_before=logp_before,
-            advantages=advantages.detach(),
-            group_size=group_size,
             local_size=local_size,
         )
 
@@ -288,18 +316,17 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
         logp_after = self._sequence_logps(
             batch.input_ids, batch.attention_mask, batch.completion_mask
         )
-        change = torch.zeros(batch.local_size, device=logp_after.device)
-        change[batch.rows] = (logp_after - batch.logp_before).float()
-        change = self.accelerator.gather(change)  # [global B], in process order
-        values = kappa_eff(
-            torch.zeros_like(change),
-            change,
-            batch.advantages.to(change.device),
-            group_size=batch.group_size,
-        )
-        stats = summarize(values)
+        # This process's rows of the global batch, [local B, 2] (before, after), NaN off
+        # the pair rows; one gather gives every process's, in process order.
+        local = torch.full((batch.local_size, 2), math.nan, device=logp_after.device)
+        if batch.real:
+            local[batch.rows] = torch.stack([batch.logp_before, logp_after], dim=1).float()
+        both = self.accelerator.gather(local).to(batch.pairs.top.device)
+        values = kappa_eff_of_pairs(batch.pairs, both[:, 0], both[:, 1])
+        stats = kappa_metric_dict(values, prefix=METRIC_PREFIX)
         for key in ("mean", "median", "std"):
-            self._metrics["train"][f"{METRIC_PREFIX}kappa_eff/{key}"].append(stats[key])
+            name = f"{METRIC_PREFIX}kappa_eff/{key}"
+            self._metrics["train"][name].append(stats[name])
 
     def _generation_batch_done(self) -> bool:
         generate_every = self.args.steps_per_generation * self.num_iterations

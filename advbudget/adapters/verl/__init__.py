@@ -1,5 +1,6 @@
-"""verl adapter: ``algorithm.adv_estimator=reward_budget`` (and ``advbudget_grpo``,
-``advbudget_dr``, ``advbudget_rloo``) computed by the advbudget core.
+"""verl adapter: ``algorithm.adv_estimator=reward_budget`` (and ``advbudget_NAME`` for every
+estimator of the advbudget catalogue: ``advbudget_grpo``, ``advbudget_dr``, a plugin's)
+computed by the advbudget core.
 
 Importing this module registers the estimators with verl (``register_adv_est``) when verl
 is installed; without verl it imports cleanly and registers nothing. verl computes
@@ -25,9 +26,9 @@ import os
 import warnings
 
 from ._estimators import (
-    ESTIMATOR_NAMES,
-    ESTIMATORS,
     compute_result,
+    estimator_function,
+    estimator_names,
     register_estimators,
     report_failure,
 )
@@ -35,11 +36,11 @@ from ._metrics import METRIC_PREFIX, batch_metrics
 from ._trainer import register_trainers
 
 __all__ = [
-    "ESTIMATORS",
-    "ESTIMATOR_NAMES",
     "METRIC_PREFIX",
     "batch_metrics",
     "compute_result",
+    "estimator_function",
+    "estimator_names",
     "register_estimators",
     "register_trainers",
 ]

@@ -1,27 +1,33 @@
-"""verl advantage estimators computed by the advbudget core.
+"""verl advantage estimators: every estimator of the advbudget catalogue, by name.
 
 verl calls a registered estimator as ``fn(token_level_rewards=[B, L], response_mask=[B, L],
 config=<config.algorithm>, index=<numpy object array of uid strings>, **extra)`` and expects
 ``(advantages, returns)``, both ``[B, L]``. Each function here only translates: sequence
-reward ``token_level_rewards.sum(-1)``, options from ``config``, the core's
-:func:`~advbudget.compute_advantages`, then :func:`~advbudget.token_advantages`.
+reward ``token_level_rewards.sum(-1)``, names and options from verl's config, the core's
+:func:`~advbudget.compute_advantages` with the verl row of the conventions table
+(:data:`advbudget.core.CONVENTIONS`), then :func:`~advbudget.token_advantages`.
+
+Names: ``advbudget_NAME`` for every name and alias of the catalogue (``advbudget_budget``,
+``advbudget_grpo``, ``advbudget_opo``, a plugin's ``advbudget_mine``, ...), and
+``reward_budget``. Estimators registered later in the process (``register_estimator``)
+are registered with verl too; in verl's Ray workers, an ``advbudget.estimators`` entry
+point makes a plugin's estimator exist there.
 
 Options (all under ``algorithm`` in verl's config; own keys need a ``+`` on the command
 line, e.g. ``+algorithm.advbudget.budget=0.5``):
 
+- ``advbudget.<option>``: any option of the chosen estimator (``budget``, ``eps``,
+  ``std_correction``, a plugin's own; see ``docs/estimators.md``);
+- ``advbudget.tie_rtol`` / ``advbudget.tie_atol``: the core's tie tolerance;
 - ``norm_adv_by_std_in_grpo`` (verl's own, default True): ``advbudget_grpo`` divides by the
-  group std only when it is True; False gives Dr.GRPO's ``r - mean``, as verl's ``grpo`` does.
-- ``advbudget.budget`` (default 1.0): the total budget B of ``reward_budget``.
-- ``advbudget.eps`` (default 1e-6) and ``advbudget.std_correction`` (default 1, unbiased):
-  GRPO's ``(r - mean) / (std + eps)``, verl's values.
-- ``advbudget.tie_rtol`` / ``advbudget.tie_atol``: the core's tie tolerance. Defaults: 0 and 0
-  for ``advbudget_grpo``/``_dr``/``_rloo`` (verl compares exactly), the core's 1e-6 for
-  ``reward_budget`` (float32 rounding noise is not a reward gap).
+  group std only when it is True; False gives Dr.GRPO's ``r - mean``, as verl's ``grpo``.
 
-verl conventions kept for ``advbudget_grpo``/``_dr``/``_rloo``: a group of one is scored
-against mean 0 and std 1 (its advantage is its raw reward), and rows whose response mask is
-all zero still count in their group. ``reward_budget`` gives a group of one, and every group
-without a reward gap, advantage 0 (SPEC section 2).
+Conventions: estimators verl also has (``grpo``, ``rloo``, ...) keep verl's (a group of one
+is scored against mean 0 and std 1, exact ties, eps 1e-6); the others the core's (a group
+of one, or with rewards within 1e-6, is skipped). Rows whose response mask is all zero
+still count in their group, as in verl. Extra inputs: ``response_lengths`` is the response
+mask's row sum; any other input is taken from what verl passes by that name
+(``reward_baselines``).
 """
 
 from __future__ import annotations
@@ -30,15 +36,21 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from advbudget.core import compute_advantages, token_advantages
-from advbudget.core._compute import DEFAULT_TIE_ATOL, DEFAULT_TIE_RTOL
+from advbudget.core import (
+    EstimatorSpec,
+    compute_advantages,
+    get_convention,
+    get_spec,
+    on_register,
+    token_advantages,
+)
 
 VerlEstimator = Callable[..., tuple[Any, Any]]
 
-ESTIMATOR_NAMES = ("reward_budget", "advbudget_grpo", "advbudget_dr", "advbudget_rloo")
+VERL = get_convention("verl")
 
 
-def _option(config: Any, key: str, default: Any) -> Any:
+def option(config: Any, key: str, default: Any) -> Any:
     """``config.<key>`` (a dotted path) from a DictConfig, a dataclass, a dict or None."""
     value: Any = config
     for part in key.split("."):
@@ -54,28 +66,45 @@ def _option(config: Any, key: str, default: Any) -> Any:
     return default if value is None else value
 
 
-def _estimator_for(name: str, config: Any) -> tuple[str, dict[str, Any]]:
-    """The core estimator and its keyword options for verl estimator ``name``."""
-    options: dict[str, Any] = {}
-    if name == "reward_budget":
-        options["budget"] = float(_option(config, "advbudget.budget", 1.0))
-        tie = (DEFAULT_TIE_RTOL, DEFAULT_TIE_ATOL)
-        core, singletons = "budget", "skip"
-    else:
-        tie, singletons = (0.0, 0.0), "raw"
-        core = {"advbudget_grpo": "grpo", "advbudget_dr": "dr", "advbudget_rloo": "rloo"}[name]
-        if core == "grpo" and not bool(_option(config, "norm_adv_by_std_in_grpo", True)):
-            core = "dr"
-        if core == "grpo":
-            options["eps"] = float(_option(config, "advbudget.eps", 1e-6))
-            options["std_correction"] = int(_option(config, "advbudget.std_correction", 1))
-    options["tie_rtol"] = float(_option(config, "advbudget.tie_rtol", tie[0]))
-    options["tie_atol"] = float(_option(config, "advbudget.tie_atol", tie[1]))
-    options["singletons"] = singletons
-    return core, options
+def estimator_names() -> list[str]:
+    """Every verl name of our estimators (the whole catalogue, plugins included)."""
+    return list(VERL.names())
 
 
-def compute_result(name: str, token_level_rewards: Any, index: Any, config: Any = None) -> Any:
+def core_settings(name: str, config: Any) -> tuple[str, dict[str, Any]]:
+    """The core estimator and its :func:`compute_advantages` keywords for verl name ``name``."""
+    core = VERL.core_name(name)
+    if core == "grpo" and not bool(option(config, "norm_adv_by_std_in_grpo", True)):
+        core = "dr"  # verl's Dr.GRPO switch
+    spec = get_spec(core)
+    overrides: dict[str, Any] = {}
+    if spec.option("norm_adv_by_std") is not None:  # grpo_passk reads verl's GRPO switch
+        overrides["norm_adv_by_std"] = bool(option(config, "norm_adv_by_std_in_grpo", True))
+    for key in (*(o.name for o in spec.options), "tie_rtol", "tie_atol"):
+        value = option(config, f"advbudget.{key}", None)
+        if value is not None:
+            overrides[key] = value
+    return core, VERL.settings(core, overrides)
+
+
+def _inputs(spec: EstimatorSpec, response_mask: Any, extra: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for declared in spec.inputs:
+        if declared.name == "response_lengths":
+            out[declared.name] = response_mask.sum(-1)
+        elif extra.get(declared.name) is not None:
+            out[declared.name] = extra[declared.name]
+    return out
+
+
+def compute_result(
+    name: str,
+    token_level_rewards: Any,
+    index: Any,
+    config: Any = None,
+    response_mask: Any = None,
+    **extra: Any,
+) -> Any:
     """The core's :class:`~advbudget.core.AdvantageResult` for verl estimator ``name``.
 
     Shared by the estimators and the metrics, so both see the same advantages.
@@ -87,8 +116,7 @@ def compute_result(name: str, token_level_rewards: Any, index: Any, config: Any 
         >>> compute_result("reward_budget", rewards, uids).advantages
         array([ 0.5, -0.5,  0. ,  0. ])
     """
-    if name not in ESTIMATOR_NAMES:
-        raise ValueError(f"name: expected one of {ESTIMATOR_NAMES}, got {name!r}")
+    core, settings = core_settings(name, config)
     if index is None:
         raise ValueError(
             f"index: {name} needs verl's uid of each response (non_tensor_batch['uid']), got None"
@@ -103,12 +131,26 @@ def compute_result(name: str, token_level_rewards: Any, index: Any, config: Any 
             f"index: expected one uid per response ({token_level_rewards.shape[0]}), "
             f"got {len(index)}"
         )
-    core, options = _estimator_for(name, config)
+    spec = get_spec(core)
+    if response_mask is None and any(i.name == "response_lengths" for i in spec.inputs):
+        raise ValueError(f"response_mask: {name} needs the response mask [B, L], got None")
+    inputs = _inputs(spec, response_mask, extra)
     scores = token_level_rewards.sum(-1)
-    return compute_advantages(scores, core, group_ids=index, **options)
+    return compute_advantages(scores, core, group_ids=index, **settings, **inputs)
 
 
-def _make(name: str, doc: str) -> VerlEstimator:
+_FUNCTIONS: dict[str, VerlEstimator] = {}
+
+
+def estimator_function(name: str) -> VerlEstimator:
+    """The function verl calls for our estimator ``name`` (one per name, made once)."""
+    VERL.core_name(name)  # an unknown name fails here
+    if name not in _FUNCTIONS:
+        _FUNCTIONS[name] = _make(name)
+    return _FUNCTIONS[name]
+
+
+def _make(name: str) -> VerlEstimator:
     def estimator(
         token_level_rewards: Any,
         response_mask: Any,
@@ -116,59 +158,63 @@ def _make(name: str, doc: str) -> VerlEstimator:
         config: Any = None,
         **kwargs: Any,
     ) -> tuple[Any, Any]:
-        result = compute_result(name, token_level_rewards, index, config)
+        result = compute_result(
+            name, token_level_rewards, index, config, response_mask=response_mask, **kwargs
+        )
         advantages = token_advantages(result.advantages, response_mask)
         return advantages, advantages
 
+    spec = get_spec(VERL.core_name(name))
     estimator.__name__ = estimator.__qualname__ = f"compute_{name}_advantage"
     estimator.__doc__ = (
-        f"verl estimator ``{name}``: {doc}\n\n"
+        f"verl estimator ``{name}``: {spec.formula} ({spec.reference}).\n\n"
         "Args:\n"
         "    token_level_rewards: ``[B, L]``; the sequence reward is the sum over L.\n"
         "    response_mask: ``[B, L]``; the advantage is broadcast over it.\n"
         "    index: ``[B]`` numpy object array of uid strings (the prompt groups).\n"
-        "    config: verl's ``config.algorithm`` (options: see the module docstring).\n"
-        "    **kwargs: anything else verl passes (ignored).\n\n"
+        "    config: verl's ``config.algorithm`` (options: ``advbudget.<option>``).\n"
+        "    **kwargs: anything else verl passes (``reward_baselines``, ...).\n\n"
         "Returns:\n"
         "    ``(advantages, returns)``, both the same ``[B, L]`` tensor.\n"
     )
     return estimator
 
 
-ESTIMATORS: dict[str, VerlEstimator] = {
-    "reward_budget": _make(
-        "reward_budget", "reward budgeting (arXiv 2611.05942), budget ``advbudget.budget``."
-    ),
-    "advbudget_grpo": _make(
-        "advbudget_grpo", "GRPO as verl computes it; Dr.GRPO when norm_adv_by_std_in_grpo=False."
-    ),
-    "advbudget_dr": _make("advbudget_dr", "Dr.GRPO, ``r - mean`` per group."),
-    "advbudget_rloo": _make("advbudget_rloo", "RLOO, ``r - mean of the others`` per group."),
-}
-
-
 def register_estimators() -> list[str]:
-    """Register the estimators with verl's ``register_adv_est``; returns their names.
+    """Register every catalogue estimator with verl's ``register_adv_est``; returns the names.
 
     Idempotent: a second call, or a re-import of this module under another name (as
     pytest's importlib mode does), replaces our own earlier functions. A name taken by
-    anything else raises verl's ValueError.
+    anything else raises verl's ValueError. Estimators registered with advbudget later in
+    this process are registered with verl as they come.
     """
+    names = estimator_names()
+    for name in names:
+        _register_with_verl(name)
+    on_register(_on_new_estimator)
+    return names
+
+
+def _register_with_verl(name: str) -> None:
     from verl.trainer.ppo import core_algos
 
-    registry = core_algos.ADV_ESTIMATOR_REGISTRY
-    for name, fn in ESTIMATORS.items():
-        existing = registry.get(name)
-        if existing is not None and getattr(existing, "__qualname__", None) == fn.__qualname__:
-            registry.pop(name)  # ours, from an earlier import of this module
-        core_algos.register_adv_est(name)(fn)
-    return list(ESTIMATORS)
+    fn = estimator_function(name)
+    existing = core_algos.ADV_ESTIMATOR_REGISTRY.get(name)
+    if existing is not None and getattr(existing, "__qualname__", None) == fn.__qualname__:
+        core_algos.ADV_ESTIMATOR_REGISTRY.pop(name)  # ours, from an earlier import or spec
+    core_algos.register_adv_est(name)(fn)
+
+
+def _on_new_estimator(spec: EstimatorSpec) -> None:
+    for name in spec.names:
+        _FUNCTIONS.pop(VERL.name_of(name), None)  # a replaced estimator: a fresh docstring
+        _register_with_verl(VERL.name_of(name))
 
 
 def report_failure(error: BaseException, what: str = "") -> None:
     """Say loudly on stderr that registration failed (verl hides plugin import errors)."""
     consequence = (
-        f"verl will later report 'Unknown advantage estimator' for {', '.join(ESTIMATOR_NAMES)}."
+        "verl will later report 'Unknown advantage estimator' for advbudget_* and reward_budget."
         if not what
         else "The advantage estimators are registered; the metrics trainers are not."
     )

@@ -4,23 +4,28 @@ from __future__ import annotations
 
 from typing import Any
 
-from advbudget.metrics import advantage_metrics, kappa_eff, summarize
+from advbudget.core import kappa_eff_of_pairs, kappa_pairs, sequence_logprobs
+from advbudget.metrics import advantage_metric_dict, kappa_metric_dict
 
-from ._estimators import ESTIMATOR_NAMES, _option, compute_result
+from ._estimators import VERL, compute_result, option
 
-METRIC_PREFIX = "advbudget/"
-
-# verl's own group estimators and the advbudget estimator computing the same advantages.
-_VERL_EQUIVALENTS = {"grpo": "advbudget_grpo", "grpo_vectorized": "advbudget_grpo"}
+METRIC_PREFIX = VERL.metric_prefix
 
 
 def metrics_estimator(config: Any) -> str | None:
-    """The advbudget estimator whose statistics describe ``config.adv_estimator`` (or None)."""
-    value = _option(config, "adv_estimator", "")
+    """The advbudget estimator whose statistics describe ``config.adv_estimator`` (or None).
+
+    Ours describe themselves; verl's own outcome estimators are described by the core
+    estimator of the same name (core names are verl's: ``grpo`` -> ``advbudget_grpo``,
+    ``opo`` -> ``advbudget_opo``; ``*_vectorized`` as their loop versions).
+    """
+    value = option(config, "adv_estimator", "")
     name = str(getattr(value, "value", value))  # verl's AdvantageEstimator enum or a string
-    if name in ESTIMATOR_NAMES:
+    known = VERL.names()
+    if name in known:
         return name
-    return _VERL_EQUIVALENTS.get(name)
+    ours = VERL.name_of(name.removesuffix("_vectorized"))
+    return ours if ours in known else None
 
 
 def batch_metrics(data: Any, config: Any, *, estimator: str | None = None) -> dict[str, float]:
@@ -38,15 +43,16 @@ def batch_metrics(data: Any, config: Any, *, estimator: str | None = None) -> di
     Args:
         data: a ``DataProto`` with ``token_level_rewards`` and the ``uid`` non-tensor.
         config: verl's ``config.algorithm``.
-        estimator: one of :data:`ESTIMATOR_NAMES`, to override the config.
+        estimator: a verl name of ours (``advbudget_grpo``, ...), to override the config.
     """
     name = estimator or metrics_estimator(config)
     if name is None:
         return {}
-    result = compute_result(
-        name, data.batch["token_level_rewards"], data.non_tensor_batch["uid"], config
-    )
-    return {METRIC_PREFIX + key: value for key, value in advantage_metrics(result).items()}
+    fields = data.batch.keys()  # TensorDict refuses `in` on itself
+    mask = data.batch["response_mask"] if "response_mask" in fields else None  # response_lengths
+    rewards, uids = data.batch["token_level_rewards"], data.non_tensor_batch["uid"]
+    result = compute_result(name, rewards, uids, config, response_mask=mask)
+    return advantage_metric_dict(result, METRIC_PREFIX)
 
 
 def kappa_metrics(
@@ -57,7 +63,7 @@ def kappa_metrics(
     index: Any,
 ) -> dict[str, float]:
     """κ_eff of one update from per-token log-probs before and after it, keyed
-    ``advbudget/kappa_eff/{mean,median,std,min,max,count}`` (SPEC section 4).
+    ``advbudget/kappa_eff/{mean,median,std,min,max,count}`` (docs: Method, κ_eff).
 
     Args:
         old_log_probs, new_log_probs: ``[B, L]`` per-token log-probs before / after.
@@ -65,7 +71,10 @@ def kappa_metrics(
         advantages: ``[B]`` the sequence advantages the update used.
         index: ``[B]`` the uids.
     """
-    values = kappa_eff(
-        old_log_probs, new_log_probs, advantages, group_ids=index, response_mask=response_mask
+    pairs = kappa_pairs(advantages, group_ids=index)
+    values = kappa_eff_of_pairs(
+        pairs,
+        sequence_logprobs(old_log_probs, response_mask),
+        sequence_logprobs(new_log_probs, response_mask),
     )
-    return {f"{METRIC_PREFIX}kappa_eff/{k}": v for k, v in summarize(values).items()}
+    return kappa_metric_dict(values, prefix=METRIC_PREFIX)

@@ -8,9 +8,10 @@ Select one with ``trainer.v1.trainer_mode=advbudget_sync`` (or ``advbudget_coloc
   ``advbudget/positive_advantage_fraction``, ...), every step, a few ms of CPU;
 - after the actor update, every ``kappa_every`` steps (``+algorithm.advbudget.kappa_every``,
   default 10; 0 turns it off): κ_eff (``advbudget/kappa_eff/{mean,median,std,min,max,count}``)
-  from one extra ``compute_log_prob`` pass of the updated actor over the step's batch. Cost:
-  one forward pass over the batch (no backward, no rollout), about the cost of verl's own
-  ``old_log_prob`` step, so ~1/3 of an update step when it runs; 3% at the default 1/10.
+  from one extra ``compute_log_prob`` pass of the updated actor over each group's o+ and o-
+  only (a ``select_keys`` sub-batch: 2 rows per group, padded to a multiple of the actor's
+  data-parallel size). Cost: about 2/G of verl's own ``old_log_prob`` step (no backward, no
+  rollout) when it runs.
 
 verl's base class branches on the literal mode name (``self.trainer_mode == "sync"``), so
 these trainers hand verl the base mode's name (``sync``, ...) and are found under their own.
@@ -24,8 +25,8 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
-from ._estimators import _option
-from ._metrics import batch_metrics, kappa_metrics, metrics_estimator
+from ._estimators import VERL, option
+from ._metrics import batch_metrics, metrics_estimator
 
 # Our mode name -> (module, class, verl's mode name) of the verl trainer it extends.
 BASE_TRAINERS = {
@@ -42,7 +43,7 @@ BASE_TRAINERS = {
     ),
 }
 
-DEFAULT_KAPPA_EVERY = 10
+DEFAULT_KAPPA_EVERY = VERL.kappa_every
 
 
 def register_trainers() -> list[str]:
@@ -85,7 +86,7 @@ def _make_trainer(base: type, base_mode: str) -> type:
             # otherwise they are the reward model's scores, as in verl's own method.
             kl_in_reward = bool(self.config.algorithm.get("use_kl_in_reward", False))
             field = "token_level_rewards" if kl_in_reward else "rm_scores"
-            data = _fetch_dataproto(batch, ["uid", field])
+            data = _fetch_dataproto(batch, ["uid", field, "response_mask"])
             data.batch["token_level_rewards"] = data.batch[field]
             metrics.update(batch_metrics(data, self.config.algorithm))
             return batch
@@ -93,36 +94,19 @@ def _make_trainer(base: type, base_mode: str) -> type:
         def _update_actor(self, batch: Any, metrics: dict[str, Any]) -> Any:
             batch = super()._update_actor(batch, metrics=metrics)
             config = self.config.algorithm
-            every = int(_option(config, "advbudget.kappa_every", DEFAULT_KAPPA_EVERY))
+            every = int(option(config, "advbudget.kappa_every", DEFAULT_KAPPA_EVERY))
             if every > 0 and self.global_steps % every == 0:
                 metrics.update(self._kappa_eff(batch))
             return batch
 
         def _kappa_eff(self, batch: Any) -> dict[str, float]:
-            """One extra log-prob pass of the updated actor: κ_eff of this step's update."""
+            """One extra log-prob pass of the updated actor over each group's o+ and o-
+            (2 rows per group with an advantage gap, plus a few fillers so that every
+            data-parallel rank gets as many rows): κ_eff of this step's update."""
             name = metrics_estimator(self.config.algorithm)
             if name is None:
                 return {}
-            batch.extra_info.update(
-                {
-                    "calculate_entropy": False,
-                    "compute_loss": False,
-                    "temperature": self.config.actor_rollout_ref.rollout.temperature,
-                }
-            )
-            self.actor_rollout_wg.compute_log_prob(batch)
-            data = _fetch_dataproto(
-                batch, ["uid", "old_log_probs", "log_probs", "advantages", "response_mask"]
-            )
-            mask = data.batch["response_mask"]
-            advantages = (data.batch["advantages"] * mask).sum(-1) / mask.sum(-1).clamp(min=1)
-            return kappa_metrics(
-                data.batch["old_log_probs"],
-                data.batch["log_probs"],
-                mask,
-                advantages,
-                data.non_tensor_batch["uid"],
-            )
+            return _kappa_eff_of_batch(self, batch)
 
     Trainer.__name__ = Trainer.__qualname__ = f"AdvbudgetMetrics_{base_mode}"
     Trainer.__doc__ = f"verl's ``{base_mode}`` trainer plus advbudget's metrics and κ_eff."
@@ -144,3 +128,81 @@ def _fetch_dataproto(batch: Any, fields: list[str]) -> Any:
     if len(real) < len(data):
         data = data.select_idxs(real)
     return data
+
+
+def _kappa_eff_of_batch(trainer: Any, batch: Any) -> dict[str, float]:
+    """κ_eff from a log-prob pass over the pair rows of ``batch`` only (a ``KVBatchMeta``).
+
+    The pairs come from the advantages the update used (verl's token advantages, back to
+    one per response) and the uids; the pair rows, padded with filler rows of the batch
+    (verl's own padding rows first) to a multiple of the actor's data-parallel size, go
+    through ``compute_log_prob`` as a ``select_keys`` sub-batch.
+    """
+    import torch
+
+    from advbudget.core import (
+        kappa_eff_of_pairs,
+        kappa_pairs,
+        sequence_advantages,
+        sequence_logprobs,
+    )
+    from advbudget.metrics import kappa_metric_dict
+
+    from ._metrics import METRIC_PREFIX
+
+    real = [i for i, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
+    data = _fetch_dataproto(batch, ["uid", "advantages", "response_mask"])
+    advantages = sequence_advantages(data.batch["advantages"], data.batch["response_mask"])
+    pairs = kappa_pairs(advantages, group_ids=data.non_tensor_batch["uid"])
+    if len(pairs) == 0:
+        return kappa_metric_dict(torch.zeros(0), prefix=METRIC_PREFIX)
+    rows = pairs.rows()
+    keys = [batch.keys[real[i]] for i in rows.tolist()]
+    chosen = set(keys)
+    spare = [i for i, tag in enumerate(batch.tags) if tag.get("is_padding", False)]
+    spare += [i for i in real if batch.keys[i] not in chosen]
+    fillers = [batch.keys[i] for i in spare[: -len(keys) % _dp_size(trainer.actor_rollout_wg)]]
+    forwarded = batch.select_keys(keys + fillers)
+    forwarded.extra_info.update(
+        {
+            "calculate_entropy": False,
+            "compute_loss": False,
+            "temperature": trainer.config.actor_rollout_ref.rollout.temperature,
+        }
+    )
+    trainer.actor_rollout_wg.compute_log_prob(forwarded)
+    fetched = _fetch_log_probs(batch.select_keys(keys))
+    mask = fetched["response_mask"]
+    old = sequence_logprobs(fetched["old_log_probs"], mask)
+    new = sequence_logprobs(fetched["log_probs"], mask)
+    values = kappa_eff_of_pairs(pairs, old, new, rows=rows)
+    return kappa_metric_dict(values, prefix=METRIC_PREFIX)
+
+
+def _fetch_log_probs(batch: Any) -> dict[str, Any]:
+    """``old_log_probs``, the new ``log_probs`` (response tokens only, as verl's
+    ``_compute_old_log_prob`` slices them) and ``response_mask``, padded ``[R, L]``."""
+    import transfer_queue as tq
+
+    fields = ["old_log_probs", "log_probs", "response_mask"]
+    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+    out = {}
+    for field in fields:
+        value = data[field]
+        if field == "log_probs" and value.is_nested:  # prompt + response: slice as verl does
+            from verl.workers.utils.padding import response_from_nested
+
+            value = response_from_nested(value, data["response_mask"])
+        out[field] = value.to_padded_tensor(0.0) if value.is_nested else value
+    return out
+
+
+def _dp_size(worker_group: Any) -> int:
+    """The actor's data-parallel size (as verl's ``_balance_batch`` reads it); 1 without
+    dispatch information."""
+    info = getattr(worker_group, "_dispatch_info", None)
+    if info is None or not hasattr(worker_group, "_query_dispatch_info"):
+        return 1
+    if "actor" not in info:
+        info["actor"] = worker_group._query_dispatch_info("actor")
+    return int(max(info["actor"])) + 1

@@ -238,3 +238,27 @@ def test_no_kappa_pass_when_not_due_off_or_not_ours(
     assert not any(key.startswith("advbudget/") for key in status)
     assert trainer.actor_model_group.forward_rows == 0
     assert getattr(trainer.experience_maker, "_advbudget_kappa_pairs", None) is None
+
+
+def test_pairs_are_picked_by_the_core_and_mapped_to_experience_order() -> None:
+    """The core picks o+ / o- on the prompt-major rewards; the maker keeps them as positions
+    in the concatenated experiences (shuffled into micro-batches of 3 here)."""
+    adapter.install()
+    try:
+        trainer = make_trainer("reward_budget", kappa_every=1)
+    finally:
+        adapter.uninstall()
+    kept = trainer.experience_maker._advbudget_kappa_pairs
+    experiences = kept.experiences
+    prompt_major = torch.tensor([i for e in experiences for i in e.index])  # per position
+    rewards = torch.empty(len(prompt_major))
+    rewards[prompt_major] = torch.cat([e.rewards for e in experiences])
+    advantages = compute_advantages(rewards, "budget", group_size=N).advantages.reshape(-1, N)
+    gap = advantages.amax(-1) > advantages.amin(-1)
+    base = torch.arange(len(advantages)) * N
+    top = (advantages.argmax(-1) + base)[gap]  # prompt-major, first max
+    bottom = (advantages.argmin(-1) + base)[gap]
+    assert prompt_major[kept.top].tolist() == top.tolist()
+    assert prompt_major[kept.bottom].tolist() == bottom.tolist()
+    assert kept.pairs.group.tolist() == torch.nonzero(gap).reshape(-1).tolist()
+    assert kept.pairs.rows().tolist() == sorted(set(kept.top.tolist() + kept.bottom.tolist()))

@@ -139,3 +139,45 @@ def test_eval_uses_eval_group_size(make_trainer: Any, train_dataset: Any) -> Non
     assert result is not None
     assert result.num_groups == 4  # 8 rollouts in groups of 2
     assert "eval_advbudget/skipped_group_fraction" in metrics
+
+
+def test_kappa_forwards_only_the_pair_rows(make_trainer: Any) -> None:
+    """The pass after the update sends each group's o+ and o- through the model, nothing
+    else: count the rows the model sees inside ``_kappa_after``."""
+    trainer = make_trainer(AdvBudgetGRPOTrainer, config={"max_steps": 3}, kappa_every=1)
+    seen: list[int] = []
+    expected: list[int] = []
+    inside = [False]
+
+    def count(module: Any, args: Any, kwargs: Any) -> None:
+        if inside[0]:
+            ids = kwargs.get("input_ids", args[0] if args else None)
+            seen.append(int(ids.shape[0]))
+
+    before, after = trainer._kappa_before, trainer._kappa_after
+
+    def kappa_before(*args: Any) -> Any:
+        # By hand: first max / first min of each group with a gap, in the global batch.
+        rows = trainer.last_advantage_result.advantages.view(-1, 4)
+        gap = rows.amax(dim=1) > rows.amin(dim=1)
+        base = torch.arange(rows.shape[0]) * 4
+        pair_rows = torch.cat([(rows.argmax(1) + base)[gap], (rows.argmin(1) + base)[gap]])
+        expected.append(max(int(torch.unique(pair_rows).numel()), 1))
+        return before(*args)
+
+    def kappa_after() -> None:
+        inside[0] = True
+        try:
+            after()
+        finally:
+            inside[0] = False
+
+    trainer._kappa_before, trainer._kappa_after = kappa_before, kappa_after
+    handle = trainer.model.register_forward_pre_hook(count, with_kwargs=True)
+    try:
+        trainer.train()
+    finally:
+        handle.remove()
+    assert len(expected) == 3
+    assert sum(seen) == sum(expected)  # per-device batch 8: at most 2 of each group of 4
+    assert all(n < 8 for n in expected)

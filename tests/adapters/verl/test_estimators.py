@@ -47,8 +47,12 @@ def _copy(batch):  # type: ignore[no-untyped-def]
 
 
 def test_registered() -> None:
-    for name in adapter.ESTIMATOR_NAMES:
-        assert core_algos.get_adv_estimator_fn(name) is adapter.ESTIMATORS[name]
+    names = adapter.estimator_names()
+    assert {"reward_budget", "advbudget_budget", "advbudget_grpo", "advbudget_dr_grpo"} <= set(
+        names
+    )
+    for name in names:
+        assert core_algos.get_adv_estimator_fn(name) is adapter.estimator_function(name)
 
 
 # Dr.GRPO is verl's grpo with norm_adv_by_std_in_grpo=False.
@@ -140,7 +144,7 @@ def test_rloo_matches_core() -> None:
 
 def test_config_as_plain_dict_and_none() -> None:
     batch = make_batch([4, 4], seed=1)
-    fn = adapter.ESTIMATORS["reward_budget"]
+    fn = adapter.estimator_function("reward_budget")
     kw = {
         "token_level_rewards": batch.batch["token_level_rewards"],
         "response_mask": batch.batch["response_mask"],
@@ -153,7 +157,7 @@ def test_config_as_plain_dict_and_none() -> None:
 
 def test_errors_name_the_argument() -> None:
     batch = make_batch([4], seed=1)
-    fn = adapter.ESTIMATORS["advbudget_grpo"]
+    fn = adapter.estimator_function("advbudget_grpo")
     rewards, mask = batch.batch["token_level_rewards"], batch.batch["response_mask"]
     with pytest.raises(ValueError, match=r"index: .*uid"):
         fn(token_level_rewards=rewards, response_mask=mask, config=None)
@@ -164,7 +168,7 @@ def test_errors_name_the_argument() -> None:
 
 
 def test_register_is_idempotent_and_refuses_foreign_names() -> None:
-    assert adapter.register_estimators() == list(adapter.ESTIMATOR_NAMES)
+    assert adapter.register_estimators() == adapter.estimator_names()
     saved = core_algos.ADV_ESTIMATOR_REGISTRY["reward_budget"]
     core_algos.ADV_ESTIMATOR_REGISTRY["reward_budget"] = lambda **kw: None
     try:
@@ -186,3 +190,29 @@ def test_config_as_verl_algo_config_dataclass() -> None:
         got, _ = run("advbudget_grpo", batch, typed)
         expected, _ = run("grpo", batch, algorithm_config("grpo", norm_adv_by_std_in_grpo=norm))
         torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)
+
+
+# verl's own outcome estimators against ours by name, through verl's compute_advantage:
+# the adapter's translation (response_lengths from the mask, reward_baselines from the
+# batch, norm_adv_by_std_in_grpo for pass@k) is what is checked here.
+MIRRORS = ["opo", "grpo_passk", "gpg", "reinforce_plus_plus_baseline", "remax", "rloo"]
+
+
+@pytest.mark.parametrize("norm", [True, False])
+@pytest.mark.parametrize("verl_name", MIRRORS)
+def test_every_verl_mirror_by_name(verl_name: str, norm: bool) -> None:
+    sizes = [s for s in SIZES if s > 1] if verl_name == "grpo_passk" else SIZES
+    batch = make_batch(sizes, seed=4, constant_groups=2, binary=False)
+    if verl_name == "remax":
+        g = torch.Generator().manual_seed(0)
+        batch.batch["reward_baselines"] = torch.rand(len(batch), generator=g)
+    ours = f"advbudget_{verl_name}"
+    expected, expected_returns = run(
+        verl_name, batch, algorithm_config(verl_name, norm_adv_by_std_in_grpo=norm)
+    )
+    got, returns = run(ours, batch, algorithm_config(ours, norm_adv_by_std_in_grpo=norm))
+    mask = batch.batch["response_mask"].bool()
+    torch.testing.assert_close(got[mask], expected[mask], rtol=1e-5, atol=2e-6)
+    if verl_name != "remax":  # verl's remax returns the reward-to-go, not the advantage
+        torch.testing.assert_close(returns[mask], expected_returns[mask], rtol=1e-5, atol=2e-6)
+    assert expected[mask].abs().max() > 0  # not a trivial case

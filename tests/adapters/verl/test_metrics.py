@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import Any
 
 import numpy as np
 import pytest
@@ -187,14 +188,13 @@ def test_trainer_hands_verl_the_base_mode(monkeypatch: pytest.MonkeyPatch) -> No
     assert seen == ["sync"]
 
 
-@pytest.mark.parametrize(("step", "expected_passes"), [(4, 1), (3, 0)])
-def test_trainer_kappa_eff_every_k_steps(
-    monkeypatch: pytest.MonkeyPatch, step: int, expected_passes: int
-) -> None:
-    """After verl's actor update: one extra log-prob pass every ``kappa_every`` steps."""
-    pytest.importorskip("transfer_queue")
+def _kappa_trainer(monkeypatch: pytest.MonkeyPatch, step: int, dp_size: int | None) -> Any:
+    """Our sync trainer after verl's update, TransferQueue faked by key: two groups of 4
+    (a: o+ row 1, o- row 0; b: o+ row 4, o- row 6; rows 2, 3, 5, 7 are no pair) and one
+    verl padding row; the worker group records what it is asked to forward."""
     from omegaconf import OmegaConf
     from tensordict import NonTensorStack, TensorDict
+    from transfer_queue import KVBatchMeta
 
     from advbudget.adapters.verl import register_trainers
 
@@ -205,30 +205,45 @@ def test_trainer_kappa_eff_every_k_steps(
         from verl.trainer.ppo.v1 import get_trainer_cls
         from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
-    # Same numbers as test_kappa_metrics: κ_eff 1 and 2.
-    old = torch.tensor([[-2.0, -3.0], [-1.0, -3.0], [-3.0, 0.0], [-6.0, 0.0]])
-    new = torch.tensor([[-1.5, -3.0], [-1.5, -3.0], [-1.0, 0.0], [-6.0, 0.0]])
-    mask = torch.tensor([[1, 1], [1, 1], [1, 0], [1, 0]])
-    advantages = torch.tensor([0.5, -0.5, 0.5, -0.5])[:, None] * mask
+    # Sequence log-prob changes: a's o+ +0.5, o- -0.5 (κ_eff 1); b's o+ +2, o- 0 (κ_eff 2).
+    old = torch.tensor([[-1.0, -3.0], [-2.0, -3.0], [-1.0, -1.0], [-1.0, -1.0], [-3.0, 7.0],
+                        [-1.0, 7.0], [-6.0, 7.0], [-1.0, 7.0], [-1.0, 0.0]])  # fmt: skip
+    new = old.clone()
+    new[0, 0], new[1, 0], new[4, 0] = -1.5, -1.5, -1.0
+    mask = torch.tensor([[1, 1]] * 4 + [[1, 0]] * 4 + [[1, 0]])
+    sequence = torch.tensor([-0.5, 0.5, 0.0, 0.0, 0.5, 0.0, -0.5, 0.0, 0.0])
     stored = TensorDict(
         {
             "old_log_probs": old,
             "log_probs": new,
-            "advantages": advantages,
+            "advantages": sequence[:, None] * mask,
             "response_mask": mask,
-            "uid": NonTensorStack.from_list(["a", "a", "b", "b"]),
+            "uid": NonTensorStack.from_list(["a"] * 4 + ["b"] * 4 + ["pad"]),
         },
-        batch_size=4,
+        batch_size=9,
     )
-    passes = []
+    keys = [f"k{i}" for i in range(9)]
+
+    def kv_batch_get(keys: list[str], partition_id: str, select_fields: list[str]) -> Any:
+        assert partition_id == "train"
+        return stored[torch.tensor([int(key[1:]) for key in keys])].select(*select_fields)
 
     class Workers:
-        def compute_log_prob(self, batch: object) -> object:
-            passes.append(batch)
+        def __init__(self) -> None:
+            self.passes: list[Any] = []
+            if dp_size is not None:
+                self._dispatch_info: dict[str, list[int]] = {}
+
+        def _query_dispatch_info(self, mesh: str) -> list[int]:
+            assert mesh == "actor"
+            return list(range(dp_size or 1))
+
+        def compute_log_prob(self, batch: Any) -> Any:
+            self.passes.append(batch)
             return batch
 
     monkeypatch.setattr(PPOTrainerSync, "_update_actor", lambda self, batch, metrics: batch)
-    monkeypatch.setattr(tq, "kv_batch_get", lambda keys, partition_id, select_fields: stored)
+    monkeypatch.setattr(tq, "kv_batch_get", kv_batch_get)
     trainer = object.__new__(get_trainer_cls("advbudget_sync"))
     trainer.config = OmegaConf.create(
         {
@@ -238,11 +253,39 @@ def test_trainer_kappa_eff_every_k_steps(
     )
     trainer.actor_rollout_wg = Workers()
     trainer.global_steps = step
+    tags = [{"is_padding": False}] * 8 + [{"is_padding": True}]
+    return trainer, KVBatchMeta(keys=keys, tags=tags, partition_id="train")
+
+
+@pytest.mark.parametrize(("step", "expected_passes"), [(4, 1), (3, 0)])
+def test_trainer_kappa_eff_every_k_steps(
+    monkeypatch: pytest.MonkeyPatch, step: int, expected_passes: int
+) -> None:
+    """After verl's actor update: one extra log-prob pass every ``kappa_every`` steps, over
+    the pair rows only (2 of each group of 4), not the whole batch."""
+    pytest.importorskip("transfer_queue")
+    trainer, batch = _kappa_trainer(monkeypatch, step, dp_size=None)
     metrics: dict[str, float] = {}
-    trainer._update_actor(FakeBatch([{}] * 4), metrics=metrics)
+    trainer._update_actor(batch, metrics=metrics)
+    passes = trainer.actor_rollout_wg.passes
     assert len(passes) == expected_passes
     if expected_passes:
+        assert passes[0].keys == ["k0", "k1", "k4", "k6"]
+        assert passes[0].extra_info["compute_loss"] is False
+        assert batch.extra_info == {}  # the step's batch is left alone
         assert metrics["advbudget/kappa_eff/mean"] == pytest.approx(1.5)
+        assert metrics["advbudget/kappa_eff/min"] == pytest.approx(1.0)
         assert metrics["advbudget/kappa_eff/count"] == 2.0
     else:
         assert metrics == {}
+
+
+def test_trainer_kappa_eff_pads_to_the_data_parallel_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With 3 data-parallel ranks the 4 pair rows get 2 fillers, verl's padding row first."""
+    pytest.importorskip("transfer_queue")
+    trainer, batch = _kappa_trainer(monkeypatch, 4, dp_size=3)
+    metrics: dict[str, float] = {}
+    trainer._update_actor(batch, metrics=metrics)
+    (forwarded,) = trainer.actor_rollout_wg.passes
+    assert forwarded.keys == ["k0", "k1", "k4", "k6", "k8", "k2"]
+    assert metrics["advbudget/kappa_eff/mean"] == pytest.approx(1.5)

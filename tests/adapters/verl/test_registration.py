@@ -23,11 +23,15 @@ PROBE = textwrap.dedent(
     warnings.simplefilter("ignore")
     import verl
     from verl.trainer.ppo import core_algos
-    names = ("reward_budget", "advbudget_grpo", "advbudget_dr", "advbudget_rloo")
+    names = ("reward_budget", "advbudget_grpo", "advbudget_dr", "advbudget_rloo",
+             "advbudget_budget", "advbudget_group_norm")
     print("registered:", ",".join(n for n in names if n in core_algos.ADV_ESTIMATOR_REGISTRY))
     """
 )
-ALL = "registered: reward_budget,advbudget_grpo,advbudget_dr,advbudget_rloo"
+ALL = (
+    "registered: reward_budget,advbudget_grpo,advbudget_dr,advbudget_rloo,"
+    "advbudget_budget,advbudget_group_norm"
+)
 
 
 def run_fresh(code: str, **env: str) -> subprocess.CompletedProcess[str]:
