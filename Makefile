@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_PIN ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo bench lint typecheck clean test-core test-verl test-trl test-openrlhf bench-verl bench-trl bench-openrlhf
+.PHONY: test demo bench lint typecheck clean test-core test-verl test-trl test-openrlhf bench-verl bench-trl bench-openrlhf bench-rewards
 
 # $(call environment,DIR,EXTRAS): a virtual environment with torch from its pin first,
 # then advbudget (editable) with EXTRAS and the test runner.
@@ -88,9 +88,13 @@ demo: $(STAMP)
 	$(BIN)/advbudget explain --group-size 8 --plot demo/explain.png
 	$(BIN)/advbudget simulate --experiment compare --output-dir demo
 
+bench-rewards: $(STAMP)
+	$(BIN)/python benchmarks/rewards_complexity.py
+
 # Every benchmark whose environment exists (make test builds them), then RESULTS.md.
 bench: $(STAMP)
 	$(BIN)/python benchmarks/core.py
+	$(MAKE) bench-rewards
 	if [ -x $(VENV_VERL)/bin/python ]; then $(MAKE) bench-verl; fi
 	if [ -x $(VENV_TRL)/bin/python ]; then $(MAKE) bench-trl; fi
 	if [ -x $(VENV_OPENRLHF)/bin/python ]; then $(MAKE) bench-openrlhf; fi

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from . import theory
+from ._cli_errors import atomic_output, check_output_file, cli_errors
 from .core import estimator_names
 from .data._cli import app as data_app
 from .eval._cli import eval_command
@@ -31,6 +32,7 @@ def _main() -> None:
 
 
 @app.command()
+@cli_errors
 def estimators(
     markdown: Annotated[
         bool, typer.Option("--markdown", help="Print the docs page (docs/estimators.md).")
@@ -55,6 +57,7 @@ def estimators(
 
 
 @app.command()
+@cli_errors
 def explain(
     group_size: Annotated[
         int, typer.Option("--group-size", "-G", min=2, help="Rollouts per prompt.")
@@ -78,6 +81,8 @@ def explain(
         raise typer.BadParameter(
             f"expected names from {estimator_names()}, got {unknown}", param_hint="--estimators"
         )
+    if plot is not None:
+        _check_plot(plot)
     console = Console()
     console.width = max(console.width, 100)  # the advantage table needs ~90 columns
     tables = {name: theory.binary_advantages(name, group_size) for name in names}
@@ -121,6 +126,23 @@ def explain(
 
 def _cell(value: float) -> str:
     return "" if np.isnan(value) else f"{value:+.4f}"
+
+
+def _check_plot(path: Path) -> None:
+    """Fail before any work on a --plot that cannot be written."""
+    check_output_file(path, "--plot")
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:
+        raise typer.BadParameter(
+            "needs matplotlib: pip install 'advbudget[plot]'", param_hint="--plot"
+        ) from None
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if path.suffix.lstrip(".").lower() not in formats:
+        raise typer.BadParameter(
+            f"expected a file name ending in one of {sorted(formats)}, got {str(path)!r}",
+            param_hint="--plot",
+        )
 
 
 def _plot(
@@ -167,9 +189,11 @@ def _plot(
     )
     left.legend(fontsize=8)
     right.legend(fontsize=8)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    try:
+        with atomic_output(path, label="--plot") as partial:  # no half-written figure
+            figure.savefig(partial, dpi=120, format=path.suffix.lstrip(".").lower())
+    finally:
+        plt.close(figure)
 
 
 app.add_typer(data_app, name="data", help="Prepare DAPO-Math-17K for verl, TRL and OpenRLHF.")

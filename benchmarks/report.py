@@ -19,6 +19,11 @@ SECTIONS = (
     ("trl", "the TRL adapter's step-time overhead", "make bench-trl"),
     ("openrlhf", "the OpenRLHF adapter against its advantage code", "make bench-openrlhf"),
     ("kappa", "κ_eff's step-time overhead in TRL, before/after the core's pairs", "make bench-trl"),
+    (
+        "rewards_complexity",
+        "the rewards' time against degenerate response length, 1k to 1M characters",
+        "make bench-rewards",
+    ),
 )
 
 

@@ -317,7 +317,9 @@ def test_deduplicate_keeps_first_occurrence_on_the_index(sample):
     rows = sample[10:] + sample * 3
     unique, report = deduplicate(rows)
     assert unique == sample[10:] + sample[:10]
-    assert report == DedupReport(rows_before=64 * 3 + 54, rows_after=64, conflicts=0)
+    assert report == DedupReport(
+        rows_before=64 * 3 + 54, rows_after=64, conflicts=0, unique_indices=64
+    )
     assert report.removed == 64 * 3 + 54 - 64
 
 
@@ -330,7 +332,7 @@ def test_deduplicate_on_prompt_text_without_an_index(tmp_path):
     ]
     unique, report = deduplicate(load_problems(write_jsonl(tmp_path / "t.jsonl", rows)))
     assert [p.answer for p in unique] == ["2", "4"]
-    assert report == DedupReport(rows_before=4, rows_after=2, conflicts=1)
+    assert report == DedupReport(rows_before=4, rows_after=2, conflicts=1, unique_indices=2)
 
 
 def test_split_is_seeded_and_selects_before_holding_out(sample):
@@ -711,8 +713,9 @@ def test_cli_prepares_the_real_file(tmp_path):
     result = invoke("--source", str(AIME), "-o", str(tmp_path), "--format", "verl")
     assert result.exit_code == 0, result.output
     assert re.search(r"rows read\s*│\s*960", result.output)
-    assert re.search(r"unique problems \(after dedup\)\s*│\s*30", result.output)
-    assert re.search(r"repeats removed\s*│\s*930", result.output)
+    assert re.search(r"unique indices \(extra_info\.index\)\s*│\s*30", result.output)
+    assert re.search(r"unique problem texts \(kept\)\s*│\s*30", result.output)
+    assert re.search(r"rows dropped as repeats\s*│\s*930", result.output)
     assert sorted(p.name for p in tmp_path.rglob("*.*")) == ["train.parquet"]
 
 
@@ -745,3 +748,43 @@ def test_cli_rejects_bad_input(tmp_path, args, code, message):
     result = invoke("-o", str(tmp_path), *args)
     assert result.exit_code == code, result.output
     assert message in " ".join(result.output.split())
+
+
+# ----------------------------------------------------------------------------- dedup on text
+
+
+def test_deduplicate_on_normalised_text_across_indices(tmp_path):
+    """DAPO-Math-17K gives one text several extra_info.index values: one problem."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    rows = [
+        dapo_row("What is $6 \\times 7$?", "42", index="a"),
+        dapo_row("What is $6 \\times 7$?", "42", index="b"),  # same text, another index
+        dapo_row("What  is\n$6 \\times 7$? ", "42", index="c", raw=False),  # spacing only
+        dapo_row("Neg?", "-3", index="d"),
+        dapo_row("Neg?", "-3", index="d"),  # the same index twice
+        dapo_row("neg?", "-3", index="e"),  # case is kept: another problem
+        dapo_row("Neg?", "-4", index="f"),  # same text, another answer: a conflict
+    ]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "d.parquet")
+    unique, report = deduplicate(load_problems(tmp_path / "d.parquet"))
+    assert [(p.index, p.answer) for p in unique] == [("a", "42"), ("d", "-3"), ("e", "-3")]
+    assert report == DedupReport(rows_before=7, rows_after=3, conflicts=1, unique_indices=6)
+    assert (report.unique_texts, report.removed) == (3, 4)
+    assert dict(report.summary()) == {
+        "rows read": "7",
+        "unique indices (extra_info.index)": "6",
+        "unique problem texts (kept)": "3",
+        "rows dropped as repeats": "4",
+        "dropped repeats with a different answer": "1",
+    }
+    result = prepare(tmp_path / "out", source=tmp_path / "d.parquet", formats="trl")
+    assert result.dedup == report
+    assert len(result.train) == 3
+
+
+@needs_aime
+def test_real_aime_file_counts_indices_and_texts():
+    _, report = deduplicate(load_problems(AIME))
+    assert (report.rows_before, report.unique_indices, report.unique_texts) == (960, 30, 30)
+    assert report.removed == 930

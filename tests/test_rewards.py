@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import pickle
+import re
 import subprocess
 import sys
 import threading
@@ -651,14 +652,17 @@ def test_verl_compute_score() -> None:
         ground_truth="34",
         extra_info={"index": "0", "num_turns": None},
     )
-    assert result == {"score": 1.0, "acc": True, "pred": "34"}
+    # reward_failure / reward_timeout: in every result (verl's metrics need every key in
+    # every sample), 1.0 when the grader raised or ran past its timeout.
+    ok = {"reward_failure": 0.0, "reward_timeout": 0.0}
+    assert result == {"score": 1.0, "acc": True, "pred": "34", **ok}
     assert type(result["score"]) is float
     assert type(result["acc"]) is bool
 
     result = verl_rewards.compute_score("math_dapo", R + "Answer: 34.", "34")
-    assert result == {"score": -1.0, "acc": False, "pred": "34."}
+    assert result == {"score": -1.0, "acc": False, "pred": "34.", **ok}
     result = verl_rewards.compute_score("math_dapo", R + "Answer: 34.", "34", method="math_verify")
-    assert result == {"score": 1.0, "acc": True, "pred": "34"}
+    assert result == {"score": 1.0, "acc": True, "pred": "34", **ok}
 
 
 def test_verl_pred_is_always_a_str() -> None:
@@ -680,7 +684,7 @@ def test_verl_options_and_ground_truth_types() -> None:
         call("math_dapo", "Answer: 34", 34.0)
     with pytest.raises(TypeError, match=r"^ground_truth: expected a str, got NoneType None$"):
         call("math_dapo", "Answer: 34", None)
-    with pytest.raises(TypeError, match=r"^response: expected a str, got int 34$"):
+    with pytest.raises(TypeError, match=r"^solution_str: expected a str, got int 34$"):
         call("math_dapo", 34, "34")
     with pytest.raises(ValueError, match=r"^ground_truth: expected a non-empty answer"):
         call("math_dapo", "Answer: 34", "")
@@ -708,6 +712,8 @@ def test_verl_overlong_penalty() -> None:
         "acc": True,
         "pred": "34",
         "overlong_penalty": -0.5,
+        "reward_failure": 0.0,
+        "reward_timeout": 0.0,
     }
     by_extra_info = call("math_dapo", "Answer: 35", "34", {"response_length": 4096}, **settings)
     assert by_extra_info["score"] == -2.0
@@ -1016,3 +1022,61 @@ def test_public_api() -> None:
         "normalize_answer",
         "overlong_penalty",
     ]
+
+
+# ----------------------------------------------------------------------------- linear time
+
+# The regex OpenRLHF's wrapper used to run, quadratic on whitespace without an end token:
+# the linear replacement must cut exactly what it cut.
+_OLD_TRAILING_SPECIAL_TOKENS = re.compile(
+    r"(?:\s*(?:<\|[^<>|\n]{1,64}\|>|<｜[^<>｜\n]{1,64}｜>|</s>|<eos>|<end_of_turn>))+\s*\Z"
+)
+_TRAILER_PIECES = [
+    "<|im_end|>", "<|endoftext|>", "<|", "|>", "<", ">", "|", " ", "\n", "\t", "\xa0",
+    "\u3000", "a", "</s>", "<eos>", "<end_of_turn>", "<｜end▁of▁sentence｜>", "｜", "<｜",
+    "｜>", "s>", "<|" + "x" * 64 + "|>", "<|" + "x" * 65 + "|>", "<| a |>", "Answer: 34",
+]  # fmt: skip
+
+
+@given(st.lists(st.sampled_from(_TRAILER_PIECES), max_size=12))
+def test_trailing_special_tokens_are_cut_as_the_old_regex_cut_them(pieces):
+    from advbudget.rewards.openrlhf import _strip_trailing_special_tokens
+
+    text = "".join(pieces)
+    assert _strip_trailing_special_tokens(text) == _OLD_TRAILING_SPECIAL_TOKENS.sub("", text)
+
+
+def test_trailing_special_tokens_on_long_degenerate_tails():
+    from advbudget.rewards.openrlhf import _strip_trailing_special_tokens as strip
+
+    assert strip("Answer: 34" + "\n" * 200_000) == "Answer: 34" + "\n" * 200_000  # no token
+    assert strip("Answer: 34" + "<|im_end|>\n" * 50_000) == "Answer: 34"
+    assert strip("Answer: 34 " + "<|im_end|>" * 50_000 + " " * 100_000) == "Answer: 34"
+
+
+def test_math_verify_reads_the_last_max_response_chars(monkeypatch):
+    pytest.importorskip("math_verify")
+    from advbudget.rewards import _math_verify
+
+    cap = _math_verify.MAX_RESPONSE_CHARS
+    assert cap == 8192
+    box = "\\boxed{34}"
+    # At the boundary: a response of exactly the cap is read whole, one past it loses the
+    # answer that lies before the last `cap` characters.
+    assert math_verify_reward(box + "\n" * (cap - len(box)), "34") == 1.0
+    assert math_verify_reward(box + "\n" * cap, "34") == 0.0
+    assert math_verify_reward("\n" * 10 * cap + box, "34") == 1.0  # the tail is kept
+    seen: list[str] = []
+    real_parse = _math_verify._math_verify().parse
+
+    def parse(text, **kwargs):
+        seen.append(text)
+        return real_parse(text, **kwargs)
+
+    monkeypatch.setattr(_math_verify._math_verify(), "parse", parse)
+    response = "x" * (3 * cap) + "Answer: 34"
+    math_verify_reward(response, "34")
+    assert response[-cap:] in seen
+    assert response not in seen
+    math_verify_reward(response[-cap:], "34")
+    assert seen[-1] == response[-cap:]  # at most the cap: passed as it is

@@ -5,6 +5,7 @@ The main command line mounts :data:`app` with ``app.add_typer(data_app, name="da
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Annotated
 
@@ -12,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from .._cli_errors import atomic_output, check_output_dir, cli_errors, fail
 from ._prepare import FORMATS, PreparedData, check_split_options, parse_formats, prepare
 from ._problems import DEFAULT_SOURCE, DataError
 from ._samples import sample_path
@@ -29,6 +31,7 @@ def _main() -> None:
 
 
 @app.command("prepare")
+@cli_errors
 def prepare_command(
     output_dir: Annotated[
         Path, typer.Option("--output-dir", "-o", help="Folder to write <format>/<split> files.")
@@ -61,6 +64,7 @@ def prepare_command(
     """Load, deduplicate, shuffle, split and write DAPO-Math-17K for each trainer.
 
     Writes <output-dir>/<format>/train and, with --val-size or --val-fraction, .../val.
+    Files appear only once all are written (a failed or interrupted run leaves none).
     """
     if sample and source is not None:
         raise typer.BadParameter("give --source or --sample, not both", param_hint="--sample")
@@ -74,24 +78,33 @@ def prepare_command(
     except ValueError as error:
         raise typer.BadParameter(str(error)) from None
     chosen_source = str(sample_path("dapo")) if sample else (source or DEFAULT_SOURCE)
+    check_output_dir(output_dir, "--output-dir")  # before a long download
     console = Console()
     try:
-        result = prepare(
-            output_dir,
-            source=chosen_source,
-            formats=formats,
-            split=split,
-            config=config,
-            max_samples=max_samples,
-            seed=seed,
-            shuffle=shuffle,
-            val_size=val_size,
-            val_fraction=val_fraction,
-        )
+        # Written into a folder beside --output-dir, renamed into place at the end.
+        with atomic_output(output_dir, directory=True, label="--output-dir") as partial:
+            result = prepare(
+                partial,
+                source=chosen_source,
+                formats=formats,
+                split=split,
+                config=config,
+                max_samples=max_samples,
+                seed=seed,
+                shuffle=shuffle,
+                val_size=val_size,
+                val_fraction=val_fraction,
+            )
     except (DataError, FileNotFoundError, ValueError) as error:
         # Data problems are not usage errors: the message names the file and row.
-        Console(stderr=True).print(f"[bold red]Error:[/bold red] {error}", highlight=False)
-        raise typer.Exit(1) from None
+        if isinstance(error, FileNotFoundError) and error.filename is not None:
+            raise fail(f"--source {error.filename}: no such file") from None
+        raise fail(str(error)) from None
+    files = {
+        name: [output_dir / path.relative_to(partial) for path in paths]
+        for name, paths in result.files.items()
+    }
+    result = dataclasses.replace(result, files=files)
     _print_summary(console, result)
 
 
@@ -101,14 +114,10 @@ def _print_summary(console: Console, result: PreparedData) -> None:
     summary.add_column("", style="bold")
     summary.add_column("", justify="right", overflow="fold")
     summary.add_row("source", result.source)
-    summary.add_row("rows read", f"{report.rows_before:,}")
-    summary.add_row("unique problems (after dedup)", f"{report.rows_after:,}")
-    summary.add_row("repeats removed", f"{report.removed:,}")
-    if report.conflicts:
-        summary.add_row(
-            "[yellow]repeats with a different problem or answer[/yellow]",
-            f"[yellow]{report.conflicts:,}[/yellow]",
-        )
+    for label, value in report.summary():  # every count, unique indices and texts both
+        if label.startswith("dropped repeats with a different") and report.conflicts:
+            label, value = f"[yellow]{label}[/yellow]", f"[yellow]{value}[/yellow]"
+        summary.add_row(label, value)
     summary.add_row("train", f"{len(result.train):,}")
     summary.add_row("validation", f"{len(result.val):,}")
     console.print(summary)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ._load import load_problems
-from ._problems import DEFAULT_SOURCE, Problem
+from ._problems import DEFAULT_SOURCE, Problem, extract_problem
 from ._writers import WRITERS
 
 FORMATS = tuple(WRITERS)  # ("verl", "trl", "openrlhf")
@@ -22,25 +22,51 @@ class DedupReport:
 
     Attributes:
         rows_before: rows read.
-        rows_after: unique problems kept.
-        conflicts: dropped repeats whose answer or problem text (up to spacing) differs
-            from the kept row with the same index (0 for a clean source; anything else is
-            worth a look).
+        rows_after: unique problems kept: distinct normalised problem texts
+            (:func:`problem_key`).
+        conflicts: dropped repeats whose answer differs from the kept row with the same
+            text (0 for a clean source; anything else is worth a look).
+        unique_indices: distinct :attr:`Problem.index` values among the rows read (DAPO's
+            ``extra_info.index``): more than ``rows_after`` when one problem text was
+            given several indices, as in DAPO-Math-17K (17,917 indices, ~17.4K texts).
 
     Examples:
         >>> from advbudget.data import DedupReport
-        >>> DedupReport(rows_before=960, rows_after=30, conflicts=0).removed
-        930
+        >>> report = DedupReport(rows_before=960, rows_after=30, conflicts=0, unique_indices=31)
+        >>> report.removed, report.unique_texts
+        (930, 30)
     """
 
     rows_before: int
     rows_after: int
     conflicts: int = 0
+    unique_indices: int = 0
 
     @property
     def removed(self) -> int:
         """Rows dropped as repeats."""
         return self.rows_before - self.rows_after
+
+    @property
+    def unique_texts(self) -> int:
+        """Distinct normalised problem texts: the problems kept (``rows_after``)."""
+        return self.rows_after
+
+    def summary(self) -> list[tuple[str, str]]:
+        """(label, value) rows for a printed summary: every count, the rule named.
+
+        Examples:
+            >>> from advbudget.data import DedupReport
+            >>> DedupReport(960, 30, 0, 30).summary()[1]
+            ('unique indices (extra_info.index)', '30')
+        """
+        return [
+            ("rows read", f"{self.rows_before:,}"),
+            ("unique indices (extra_info.index)", f"{self.unique_indices:,}"),
+            ("unique problem texts (kept)", f"{self.rows_after:,}"),
+            ("rows dropped as repeats", f"{self.removed:,}"),
+            ("dropped repeats with a different answer", f"{self.conflicts:,}"),
+        ]
 
 
 @dataclass(frozen=True)
@@ -70,38 +96,63 @@ class PreparedData:
     files: dict[str, list[Path]] = field(default_factory=dict)
 
 
-def deduplicate(problems: Iterable[Problem]) -> tuple[list[Problem], DedupReport]:
-    """Keep the first row of each problem, in order; count what was dropped.
+def problem_key(problem: Problem) -> str:
+    """What makes two rows the same problem: their normalised problem text.
 
-    Rows are the same problem when their :attr:`Problem.index` is: DAPO's
-    ``extra_info.index`` when the source has one, else a hash of the normalised prompt
-    text (see :class:`Problem`). DAPO-Math-17K's ~1.79M rows hold ~17.4K problems.
+    The normalisation: the bare problem text (:attr:`Problem.problem`: DAPO's
+    ``extra_info.raw_problem``, or the prompt without its template), DAPO's prompt template
+    stripped if it is still around it (:func:`extract_problem`), then every run of
+    whitespace made one space and the ends stripped. Case, punctuation, LaTeX and Unicode
+    are kept as they are. The source's index is not part of it: DAPO-Math-17K gives some
+    texts several ``extra_info.index`` values.
+
+    Examples:
+        >>> from advbudget.data import Problem, dapo_prompt
+        >>> from advbudget.data._prepare import problem_key
+        >>> problem_key(Problem.from_text(" What  is $2+2$? ", "4", index="7"))
+        'What is $2+2$?'
+        >>> problem_key(Problem.from_text(dapo_prompt("What is $2+2$?"), "4"))
+        'What is $2+2$?'
+        >>> problem_key(Problem.from_text("what is $2+2$?", "4"))  # case is kept
+        'what is $2+2$?'
+    """
+    return " ".join(extract_problem(problem.problem).split())
+
+
+def deduplicate(problems: Iterable[Problem]) -> tuple[list[Problem], DedupReport]:
+    """Keep the first row of each problem text, in order; count what was dropped.
+
+    Rows are the same problem when their normalised problem texts are equal
+    (:func:`problem_key`: template stripped, whitespace collapsed, case kept), whatever
+    their indices: the kept row keeps its own :attr:`Problem.index`. The report counts
+    the rows read, the distinct indices, the distinct texts (the problems kept) and the
+    dropped repeats whose answer differs from the kept one. DAPO-Math-17K's ~1.79M rows
+    hold 17,917 distinct ``extra_info.index`` values but ~17.4K distinct problem texts.
 
     Returns:
         The unique problems and a :class:`DedupReport`.
 
     Examples:
         >>> from advbudget.data import Problem, deduplicate
-        >>> rows = [Problem.from_text("What is $2+2$?", "4"), Problem.from_text("$3-5$?", -2)]
+        >>> rows = [Problem.from_text("What is $2+2$?", "4", index="0"),
+        ...         Problem.from_text("What is  $2+2$?", "4", index="1"),
+        ...         Problem.from_text("$3-5$?", -2, index="2")]
         >>> unique, report = deduplicate(rows * 3)
-        >>> [p.answer for p in unique], report
-        (['4', '-2'], DedupReport(rows_before=6, rows_after=2, conflicts=0))
+        >>> [p.answer for p in unique], [p.index for p in unique]
+        (['4', '-2'], ['0', '2'])
+        >>> report
+        DedupReport(rows_before=9, rows_after=2, conflicts=0, unique_indices=3)
     """
     kept: dict[str, Problem] = {}
+    indices: set[str] = set()
     rows = conflicts = 0
     for problem in problems:
         rows += 1
-        first = kept.setdefault(problem.index, problem)
-        # Spacing differences are not conflicts: the text index ignores them too.
-        if first is not problem and (
-            first.answer != problem.answer
-            or (
-                first.problem != problem.problem  # cheap: loaded repeats share one string
-                and first.problem.split() != problem.problem.split()
-            )
-        ):
+        indices.add(problem.index)
+        first = kept.setdefault(problem_key(problem), problem)
+        if first is not problem and first.answer != problem.answer:
             conflicts += 1
-    return list(kept.values()), DedupReport(rows, len(kept), conflicts)
+    return list(kept.values()), DedupReport(rows, len(kept), conflicts, len(indices))
 
 
 def split_problems(

@@ -11,6 +11,7 @@ from ._metrics import avg_at_k, mean_pass_at_k, pass_at_k
 from ._run import (
     BenchmarkScore,
     EvalReport,
+    ResumeError,
     evaluate,
     grade,
     score,
@@ -23,6 +24,7 @@ __all__ = [
     "BenchmarkScore",
     "EvalProblem",
     "EvalReport",
+    "ResumeError",
     "TransformersGenerator",
     "VLLMGenerator",
     "avg_at_k",

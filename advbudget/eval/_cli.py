@@ -10,11 +10,28 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ._run import GRADERS, EvalReport, evaluate, score_generations, write_outputs
+from .._cli_errors import (
+    atomic_output,
+    check_input_file,
+    check_output_dir,
+    cli_errors,
+    describe,
+    fail,
+)
+from ._run import (
+    GENERATIONS,
+    GRADERS,
+    EvalReport,
+    _complete_lines,
+    evaluate,
+    score_generations,
+    write_outputs,
+)
 
 DEFAULT_BENCHMARKS = "amc23,aime24,aime25,math500"
 
 
+@cli_errors
 def eval_command(
     model: Annotated[
         str | None, typer.Option(help="Model path or hub id (not needed with --score-only).")
@@ -50,21 +67,36 @@ def eval_command(
         Path | None,
         typer.Option(help="Grade an existing generations.jsonl instead of sampling."),
     ] = None,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            help="Continue the run whose generations.jsonl is in --output-dir (same settings)."
+        ),
+    ] = False,
 ) -> None:
-    """Evaluate a checkpoint: n samples per problem, graded; avg@n and unbiased pass@k."""
+    """Evaluate a checkpoint: n samples per problem, graded; avg@n and unbiased pass@k.
+
+    Generations are appended to <output-dir>/generations.jsonl as each problem is done;
+    after a crash or Ctrl-C, the same command with --resume continues where it stopped.
+    """
     if grader not in GRADERS:
         raise typer.BadParameter(
             f"expected one of {GRADERS}, got {grader!r}", param_hint="--grader"
         )
     ks = k or [n]
     console = Console()
+    if score_only is not None:
+        check_input_file(score_only, "--score-only")
+    elif model is None:
+        raise typer.BadParameter("expected a model path or hub id", param_hint="--model")
+    check_output_dir(output_dir, "--output-dir")  # before the model is loaded
     try:
         if score_only is not None:
             records, report = score_generations(score_only, ks=k or [], grader=grader)
-            write_outputs(output_dir, records, report)
+            with atomic_output(output_dir, directory=True, label="--output-dir") as partial:
+                write_outputs(partial, records, report)
         else:
-            if model is None:
-                raise typer.BadParameter("expected a model path or hub id", param_hint="--model")
+            assert model is not None
             template = {} if enable_thinking is None else {"enable_thinking": enable_thinking}
             report = evaluate(
                 model,
@@ -77,16 +109,33 @@ def eval_command(
                 backend=backend,  # type: ignore[arg-type]
                 output_dir=output_dir,
                 seed=seed,
+                resume=resume,
                 tensor_parallel_size=tensor_parallel_size,
                 batch_size=batch_size,
                 chat_template_kwargs=template,
             )
     except (ValueError, FileNotFoundError, ImportError) as error:
-        console.print(f"[red]error:[/red] {error}")
-        raise typer.Exit(code=2) from None
+        raise fail(str(error), 2) from None
+    except (KeyboardInterrupt, OSError) as error:
+        if score_only is not None:
+            raise
+        what = "interrupted (Ctrl-C)" if isinstance(error, KeyboardInterrupt) else describe(error)
+        code = 130 if isinstance(error, KeyboardInterrupt) else 1
+        raise fail(f"{what}; {_saved(output_dir / GENERATIONS)}", code) from None
     console.print(report_table(report))
     console.print(f"Scores in [bold]{output_dir / 'scores.json'}[/bold]")
     console.print_json(json.dumps(report.to_dict()["benchmarks"]["average"]))
+
+
+def _saved(path: Path) -> str:
+    """What an interrupted run kept, and how to continue it."""
+    try:
+        count = len(_complete_lines(path.read_bytes())[0])
+    except OSError:
+        count = 0
+    if not count:
+        return "nothing was written"
+    return f"{count} problems are saved in {path}: rerun with --resume to continue"
 
 
 def report_table(report: EvalReport) -> Table:

@@ -16,7 +16,13 @@ Progress = Callable[[int], None]
 
 
 class Generator(Protocol):
-    """Samples ``n`` completions for each chat prompt."""
+    """Samples ``n`` completions for each chat prompt.
+
+    :func:`~advbudget.eval.evaluate` passes ``seed`` (one per chunk of prompts, so that a
+    resumed run samples what an uninterrupted one would) when ``generate`` takes it, and
+    sends prompts in chunks of the generator's ``chunk_size`` (or ``batch_size``)
+    attribute when it has one, writing each chunk's results before the next.
+    """
 
     def generate(
         self,
@@ -26,6 +32,7 @@ class Generator(Protocol):
         temperature: float,
         max_new_tokens: int,
         on_progress: Progress | None = None,
+        seed: int | None = None,
     ) -> list[list[str]]: ...
 
 
@@ -67,6 +74,7 @@ class TransformersGenerator:
         self.model = AutoModelForCausalLM.from_pretrained(model, dtype=dtype).to(self.device)
         self.model.eval()
         self.seed, self.batch_size = seed, batch_size
+        self.chunk_size = batch_size  # one batch per call: a resumed run redoes whole ones
         self.template_kwargs = chat_template_kwargs or {}
 
     def generate(
@@ -77,8 +85,9 @@ class TransformersGenerator:
         temperature: float,
         max_new_tokens: int,
         on_progress: Progress | None = None,
+        seed: int | None = None,
     ) -> list[list[str]]:
-        self.torch.manual_seed(self.seed)
+        self.torch.manual_seed(self.seed if seed is None else seed)
         prompts = [chat_text(self.tokenizer, m, self.template_kwargs) for m in messages]
         sampling = {"do_sample": True, "temperature": temperature, "top_p": 1.0}
         if temperature == 0:
@@ -115,6 +124,7 @@ class VLLMGenerator:
         gpu_memory_utilization: float = 0.9,
         max_model_len: int | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
+        chunk_size: int = 64,
     ):
         from vllm import LLM
 
@@ -127,6 +137,9 @@ class VLLMGenerator:
         )
         self.tokenizer = self.llm.get_tokenizer()
         self.seed = seed
+        # Prompts per generate call from evaluate: enough to keep the GPU busy, few enough
+        # that a crash loses little (each chunk's problems are written when it ends).
+        self.chunk_size = chunk_size
         self.template_kwargs = chat_template_kwargs or {}
 
     def generate(
@@ -137,11 +150,16 @@ class VLLMGenerator:
         temperature: float,
         max_new_tokens: int,
         on_progress: Progress | None = None,
+        seed: int | None = None,
     ) -> list[list[str]]:
         from vllm import SamplingParams
 
         params = SamplingParams(
-            n=n, temperature=temperature, top_p=1.0, max_tokens=max_new_tokens, seed=self.seed
+            n=n,
+            temperature=temperature,
+            top_p=1.0,
+            max_tokens=max_new_tokens,
+            seed=self.seed if seed is None else seed,
         )
         prompts = [chat_text(self.tokenizer, m, self.template_kwargs) for m in messages]
         outputs = self.llm.generate(prompts, params, use_tqdm=False)

@@ -22,7 +22,11 @@ accuracy, what OpenRLHF's dynamic filtering reads) and ``extra_logs`` with per-s
 It never raises: OpenRLHF would turn an exception into missing rewards for the whole call.
 A sample that cannot be graded (no label, a query that is not a string, a bad option)
 gets the wrong-answer reward and ``reward_error`` 1, and the first few such errors are
-logged. Labels that are ints are graded as their decimal string.
+logged. A grader that raises, or does not return within ``ADVBUDGET_REWARD_TIMEOUT_S``
+seconds (default 10; a thread join, since this runs in OpenRLHF's worker threads), is such
+a sample too, and also counts in ``extra_logs["advbudget/reward_failures"]`` (and
+``["advbudget/reward_timeouts"]`` when it overran): per-sample 0/1, so OpenRLHF logs the
+fraction of the step's samples. Labels that are ints are graded as their decimal string.
 
 The response is ``query[len(prompt):]`` when the query starts with the prompt, else the
 whole query. OpenRLHF decodes queries with their special tokens, so a trailing
@@ -47,18 +51,39 @@ from typing import Any, NamedTuple
 
 from advbudget.rewards._checks import as_ground_truth, check_count, check_real, describe
 from advbudget.rewards._grade import check_method, grade
+from advbudget.rewards._guard import DEFAULT_TIMEOUT_S, guarded, reward_timeout
 from advbudget.rewards._overlong import overlong_penalty
 
 _logger = logging.getLogger("advbudget.rewards.openrlhf")
 _MAX_LOGGED_ERRORS = 10
 _errors_logged = 0
 _errors_lock = threading.Lock()
+REWARD_FAILURES = "advbudget/reward_failures"
+REWARD_TIMEOUTS = "advbudget/reward_timeouts"
 
 # End-of-turn and end-of-text markers of the common chat templates: <|im_end|>,
 # <|endoftext|>, <|eot_id|>, DeepSeek's <｜end▁of▁sentence｜>, </s>, <eos>, <end_of_turn>.
-_TRAILING_SPECIAL_TOKENS = re.compile(
-    r"(?:\s*(?:<\|[^<>|\n]{1,64}\|>|<｜[^<>｜\n]{1,64}｜>|</s>|<eos>|<end_of_turn>))+\s*\Z"
+# The same tokens spelt backwards, to read a response from its end: a regex matched once
+# at the start of the reversed text (re.match) is one attempt, not one per start position.
+_REVERSED_TRAILER = re.compile(
+    r"\s*(?:(?:>\|[^<>|\n]{1,64}\|<|>｜[^<>｜\n]{1,64}｜<|>s/<|>soe<|>nrut_fo_dne<)\s*)+"
 )
+
+
+def _strip_trailing_special_tokens(text: str) -> str:
+    r"""``re.sub(r"(?:\s*TOKEN)+\s*\Z", "", text)``, in time linear in the text.
+
+    That regex, searched as it is, tries every start position and rescans the tail from
+    each: quadratic on a long run of whitespace with no token at its end (a rollout cut at
+    the length cap: 13 s at 64k newlines). Its match is the longest suffix made of
+    whitespace and at least one token, so match the reversed pattern once at the start of
+    the reversed text instead. The parse from the end has no choice to make (a token ends
+    with ``>``, whitespace never does, and a token's inner characters exclude ``<``, ``|``
+    and ``｜``, so the token ending at a ``>`` is unique): the single anchored match finds
+    exactly the suffix the regex removes, with no backtracking beyond one token.
+    """
+    match = _REVERSED_TRAILER.match(text[::-1])
+    return text if match is None else text[: len(text) - match.end()]
 
 
 # A NamedTuple, not a dataclass: dataclasses look their module up in sys.modules, and
@@ -71,6 +96,15 @@ class _Settings(NamedTuple):
     max_length: int = 0
     buffer: int = 0
     factor: float = 1.0
+    timeout: float = DEFAULT_TIMEOUT_S
+
+
+class _GraderFailure(Exception):
+    """The grader raised or overran (``kind``: ``"error"`` or ``"timeout"``)."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(f"the grader failed ({kind})")
+        self.kind = kind
 
 
 def reward_func(
@@ -88,7 +122,8 @@ def reward_func(
 
     Returns:
         ``{"rewards": tensor, "scores": tensor, "extra_logs": {"accuracy": tensor,
-        "reward_error": tensor}}``, float32 tensors of one value per query
+        "reward_error": tensor, "advbudget/reward_failures": tensor,
+        "advbudget/reward_timeouts": tensor}}``, float32 tensors of one value per query
         (``extra_logs`` also has ``overlong_penalty`` when the penalty is on).
 
     Examples:
@@ -114,13 +149,19 @@ def reward_func(
     wrong = _wrong_reward() if settings is None else settings.wrong
 
     rewards, scores, errors, penalties = [], [], [], []
+    failures, timeouts = [], []
     for i in range(count):
+        failed = timed_out = 0.0
         if settings is not None:
             try:
                 reward, right, penalty = _score_one(queries, prompts, labels, i, settings)
+            except _GraderFailure as failure:  # logged by the guard
+                failed, timed_out = 1.0, float(failure.kind == "timeout")
             except Exception as error:
                 _log_error(f"sample {i} scored as wrong", error)
             else:
+                failures.append(0.0)
+                timeouts.append(0.0)
                 rewards.append(reward)
                 scores.append(1.0 if right else 0.0)
                 errors.append(0.0)
@@ -130,11 +171,18 @@ def reward_func(
         scores.append(0.0)
         errors.append(1.0)
         penalties.append(0.0)
+        failures.append(failed)
+        timeouts.append(timed_out)
 
     def tensor(values: list[float]) -> Any:
         return torch.tensor(values, dtype=torch.float32)
 
-    extra_logs = {"accuracy": tensor(scores), "reward_error": tensor(errors)}
+    extra_logs = {
+        "accuracy": tensor(scores),
+        "reward_error": tensor(errors),
+        REWARD_FAILURES: tensor(failures),
+        REWARD_TIMEOUTS: tensor(timeouts),
+    }
     if settings is not None and settings.lengths is not None:
         extra_logs["overlong_penalty"] = tensor(penalties)
     return {"rewards": tensor(rewards), "scores": tensor(scores), "extra_logs": extra_logs}
@@ -144,11 +192,12 @@ def _read_settings(kwargs: dict[str, Any], count: int) -> _Settings:
     method = check_method(os.environ.get("ADVBUDGET_REWARD_METHOD", "dapo"))
     correct = _float_from_env("ADVBUDGET_REWARD_CORRECT", 1.0)
     wrong = _float_from_env("ADVBUDGET_REWARD_WRONG", -1.0)
+    timeout = reward_timeout()
     lengths = kwargs.get("response_lengths")
     max_length = kwargs.get("max_response_length")
     buffer = kwargs.get("overlong_buffer")
     if lengths is None and max_length is None and buffer is None:
-        return _Settings(method, correct, wrong)
+        return _Settings(method, correct, wrong, timeout=timeout)
     # Tokens only: a penalty configured without token counts is an error, not a guess.
     if lengths is None or max_length is None or buffer is None:
         raise ValueError(
@@ -162,7 +211,7 @@ def _read_settings(kwargs: dict[str, Any], count: int) -> _Settings:
         )
     factor = kwargs.get("overlong_factor", 1.0)
     overlong_penalty(0, max_length, buffer, factor)  # check the settings once
-    return _Settings(method, correct, wrong, lengths, max_length, buffer, factor)
+    return _Settings(method, correct, wrong, lengths, max_length, buffer, factor, timeout)
 
 
 def _wrong_reward() -> float:
@@ -201,11 +250,18 @@ def _score_one(
     response = (
         query[len(prompt) :] if isinstance(prompt, str) and query.startswith(prompt) else query
     )
-    response = _TRAILING_SPECIAL_TOKENS.sub("", response)
+    response = _strip_trailing_special_tokens(response)
     label = as_ground_truth(labels[i])
     if not isinstance(label, str):
         raise TypeError(f"labels[{i}]: expected a str or an int, got {describe(label)}")
-    right = grade(response, label, settings.method).correct
+    # Faults: the grader runs under a timeout (a thread join: this runs in OpenRLHF's
+    # asyncio.to_thread workers, where signals do not work); a raise or an overrun fails.
+    outcome = guarded(
+        lambda: grade(response, label, settings.method), settings.timeout, f"sample {i}"
+    )
+    if outcome.failure is not None:
+        raise _GraderFailure(outcome.failure)
+    right = outcome.value.correct
     penalty = 0.0
     if settings.lengths is not None:
         length = check_count(settings.lengths[i], f"response_lengths[{i}]")

@@ -12,16 +12,28 @@ The accuracies are TRL-style: 1.0 right, 0.0 wrong, ``None`` (skipped by TRL) wh
 sample's ground truth is missing or empty. Ground truths that are ints are graded as their
 decimal string. The overlong penalty is a reward function of its own, on the
 ``completion_ids`` token counts TRL passes; TRL adds the rewards up.
+
+Faults: a grader call that raises or does not return within ``ADVBUDGET_REWARD_TIMEOUT_S``
+seconds (default 10; a thread join, so it works off the main thread) scores ``None``, a
+NaN reward for TRL (``AdvBudgetGRPOTrainer``'s ``nan_policy`` applies; TRL's own trainer
+leaves it out of the group statistics). Each call logs, through TRL's ``log_metric``,
+``advbudget/reward_failures`` (samples that failed, timeouts included) and
+``advbudget/reward_timeouts``.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
 from advbudget.rewards._checks import as_ground_truth, describe
 from advbudget.rewards._grade import grade
+from advbudget.rewards._guard import guarded, reward_timeout
 from advbudget.rewards._overlong import overlong_penalty
+
+REWARD_FAILURES = "advbudget/reward_failures"
+REWARD_TIMEOUTS = "advbudget/reward_timeouts"
 
 
 def dapo_accuracy(
@@ -51,7 +63,7 @@ def dapo_accuracy(
         >>> dapo_accuracy(["Answer: 34", "Answer: 34"], solution=["34", None])
         [1.0, None]
     """
-    return _accuracies(completions, solution, "dapo")
+    return _accuracies(completions, solution, "dapo", kwargs)
 
 
 def math_verify_accuracy(
@@ -69,7 +81,7 @@ def math_verify_accuracy(
         ...                      solution=["34", r"\frac{1}{2}", ""])
         [1.0, 1.0, None]
     """
-    return _accuracies(completions, solution, "math_verify")
+    return _accuracies(completions, solution, "math_verify", kwargs)
 
 
 class _OverlongPenalty:
@@ -124,7 +136,7 @@ def overlong_penalty_reward(max_length: int, buffer: int, factor: float = 1.0) -
 
 
 def _accuracies(
-    completions: Sequence[Any], solution: Sequence[Any], method: str
+    completions: Sequence[Any], solution: Sequence[Any], method: str, kwargs: dict[str, Any]
 ) -> list[float | None]:
     if len(completions) != len(solution):
         raise ValueError(
@@ -132,6 +144,8 @@ def _accuracies(
             f"got {len(solution)}"
         )
     rewards: list[float | None] = []
+    timeout = reward_timeout()
+    failures = timeouts = 0
     for i, (completion, truth) in enumerate(zip(completions, solution, strict=True)):
         truth = as_ground_truth(truth)
         if truth is None or (isinstance(truth, str) and not truth.strip()):
@@ -140,7 +154,21 @@ def _accuracies(
         if not isinstance(truth, str):
             raise TypeError(f"solution[{i}]: expected a str or an int, got {describe(truth)}")
         response = _completion_text(completion, f"completions[{i}]")
-        rewards.append(1.0 if grade(response, truth, method).correct else 0.0)
+        # Faults: a grader that raises or overruns scores None (a NaN reward for TRL, so
+        # the trainer's nan_policy applies) and is counted; the step goes on.
+        outcome = guarded(
+            functools.partial(grade, response, truth, method), timeout, f"trl {method} sample {i}"
+        )
+        if outcome.failure is not None:
+            failures += 1
+            timeouts += outcome.failure == "timeout"
+            rewards.append(None)
+            continue
+        rewards.append(1.0 if outcome.value.correct else 0.0)
+    log_metric = kwargs.get("log_metric")  # TRL >= 1.x: averaged into its logs
+    if callable(log_metric):
+        log_metric(REWARD_FAILURES, float(failures))
+        log_metric(REWARD_TIMEOUTS, float(timeouts))
     return rewards
 
 

@@ -34,8 +34,9 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from advbudget.rewards._checks import as_ground_truth, check_real
-from advbudget.rewards._grade import check_method, grade
+from advbudget.rewards._checks import as_ground_truth, check_answer, check_real, check_str
+from advbudget.rewards._grade import Grade, check_method, grade
+from advbudget.rewards._guard import guarded, reward_timeout
 from advbudget.rewards._overlong import overlong_penalty
 
 # Keywords verl itself may add to the call (reward-model routing, code sandboxes).
@@ -63,6 +64,7 @@ def compute_score(
     max_response_length: int | None = None,
     overlong_factor: float = 1.0,
     response_length: int | None = None,
+    timeout: float | None = None,
     **kwargs: Any,
 ) -> dict[str, Any]:
     """Grade one response for verl: ``{"score": float, "acc": bool, "pred": str}``.
@@ -79,12 +81,18 @@ def compute_score(
             tokens (:func:`advbudget.rewards.overlong_penalty`); off unless both of the
             first two are given.
         response_length: the response's length in tokens, for the penalty.
+        timeout: seconds the grader may take (default: ``ADVBUDGET_REWARD_TIMEOUT_S``, else
+            10; 0: no timeout). A grader that raises or overruns scores ``wrong`` (plus the
+            penalty) with ``reward_failure`` 1.0 (and ``reward_timeout`` 1.0 if it overran);
+            the step goes on.
         **kwargs: keywords verl adds for other reward functions are ignored; unknown ones
             are ignored with a warning (a misspelt option would otherwise do nothing).
 
     Returns:
         ``score`` (``correct``/``wrong``, plus the penalty when on), ``acc`` (right or
-        not), ``pred`` (the answer as graded, ``""`` if none), and ``overlong_penalty``
+        not), ``pred`` (the answer as graded, ``""`` if none), ``reward_failure`` and
+        ``reward_timeout`` (1.0 when the grader raised / overran, else 0.0: every result
+        has the same keys, as verl's validation metrics need), and ``overlong_penalty``
         when the penalty is on.
 
     Raises:
@@ -95,12 +103,12 @@ def compute_score(
     Examples:
         >>> from advbudget.rewards.verl import compute_score
         >>> compute_score("math_dapo", "... so x = 34.\\nAnswer: 34", "34")
-        {'score': 1.0, 'acc': True, 'pred': '34'}
+        {'score': 1.0, 'acc': True, 'pred': '34', 'reward_failure': 0.0, 'reward_timeout': 0.0}
         >>> compute_score("math_dapo", "I am not sure.", 34, {"index": 0}, wrong=0.0)
-        {'score': 0.0, 'acc': False, 'pred': ''}
+        {'score': 0.0, 'acc': False, 'pred': '', 'reward_failure': 0.0, 'reward_timeout': 0.0}
         >>> compute_score("math_dapo", "Answer: 34", "34", overlong_buffer=512,
-        ...               max_response_length=4096, response_length=3840)
-        {'score': 0.5, 'acc': True, 'pred': '34', 'overlong_penalty': -0.5}
+        ...               max_response_length=4096, response_length=3840)["overlong_penalty"]
+        -0.5
     """
     for key in kwargs.keys() - _VERL_KEYWORDS:
         warnings.warn(
@@ -113,11 +121,18 @@ def compute_score(
         extra_info, overlong_buffer, max_response_length, overlong_factor, response_length
     )
 
-    result = grade(solution_str, as_ground_truth(ground_truth), method)
+    truth = as_ground_truth(ground_truth)
+    check_str(solution_str, "solution_str")
+    check_answer(truth, "ground_truth")
+    # Faults: the grader runs under a timeout; one that raises or overruns scores `wrong`.
+    outcome = guarded(lambda: grade(solution_str, truth, method), reward_timeout(timeout), "verl")
+    result = outcome.value if outcome.failure is None else Grade(False, None)
     score: dict[str, Any] = {
         "score": correct if result.correct else wrong,
         "acc": result.correct,
         "pred": result.answer or "",
+        "reward_failure": 0.0 if outcome.failure is None else 1.0,
+        "reward_timeout": 1.0 if outcome.failure == "timeout" else 0.0,
     }
     if penalty is not None:
         score["score"] += penalty

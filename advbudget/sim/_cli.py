@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from .._cli_errors import atomic_output, check_output_dir, cli_errors
 from ..core import estimator_names, get_estimator
 from ._experiment import (
     EXPERIMENTS,
@@ -21,6 +22,7 @@ from ._experiment import (
 )
 
 
+@cli_errors
 def simulate_command(
     experiment: Annotated[str, typer.Option(help=f"One of {', '.join(EXPERIMENTS)}.")] = "compare",
     estimators: Annotated[
@@ -92,27 +94,33 @@ def simulate_command(
     except (ValueError, TypeError) as error:
         raise typer.BadParameter(str(error)) from None
 
+    check_output_dir(output_dir, "--output-dir")  # before the training, not after it
     console = Console()
-    started = time.perf_counter()
-    with Progress(
-        TextColumn(f"[bold]{experiment}[/bold]"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("steps"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as progress:
-        task = progress.add_task("training", total=config.num_runs * config.steps)
-        result = run_experiment(config, on_step=lambda _: progress.advance(task))
-    elapsed = time.perf_counter() - started
+    # The files are written into a folder beside --output-dir and renamed into place at
+    # the end: an interrupted or failed run leaves no half-written plot or JSON.
+    with atomic_output(output_dir, directory=True, label="--output-dir") as partial:
+        started = time.perf_counter()
+        with Progress(
+            TextColumn(f"[bold]{experiment}[/bold]"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("steps"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as progress:
+            task = progress.add_task("training", total=config.num_runs * config.steps)
+            result = run_experiment(config, on_step=lambda _: progress.advance(task))
+        elapsed = time.perf_counter() - started
 
-    console.width = max(console.width, 150)  # the table has ten columns
-    console.print(summary_table(result))
-    json_path = write_json(result, output_dir / f"{experiment}.json")
-    from ._plot import plot_experiment
+        console.width = max(console.width, 150)  # the table has ten columns
+        console.print(summary_table(result))
+        write_json(result, partial / f"{experiment}.json")
+        from ._plot import plot_experiment
 
-    png_path = plot_experiment(result, output_dir / f"{experiment}.png")
+        plot_experiment(result, partial / f"{experiment}.png")
+    json_path = output_dir / f"{experiment}.json"
+    png_path = output_dir / f"{experiment}.png"
     console.print(
         f"{config.num_runs} runs of {config.steps} steps in {elapsed:.1f} s. "
         f"Oracle accuracy (best strategy per prompt): {100 * result.oracle_accuracy:.1f}."

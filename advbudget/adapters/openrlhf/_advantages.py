@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
+import math
 from typing import Any
 
 from advbudget.core import KappaPairs as CorePairs
@@ -220,7 +221,10 @@ def sample_metrics(result: Any) -> dict[str, list[float]]:
     )
     metrics = dict(zip(names, per_sample.tolist(), strict=True))
     for name in ("advantage_gap_mean", "advantage_std", "advantage_min", "advantage_max"):
-        metrics[name] = [batch[name]] * num
+        # A value the batch does not have (the gap when every group is skipped: NaN) is
+        # left out of every experience of the step: OpenRLHF would log NaN.
+        if not math.isnan(batch[name]):
+            metrics[name] = [batch[name]] * num
     return {METRIC_PREFIX + name: values for name, values in metrics.items()}
 
 

@@ -14,6 +14,7 @@ with OpenRLHF's training status.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -100,7 +101,11 @@ def after_update(trainer: Any, global_steps: int) -> dict[str, float]:
     if pairs is None or not every or global_steps % every:
         return {}
     try:
-        return kappa_eff_status(pairs, actor_forward(trainer))
-    except ValueError as error:  # e.g. fewer rows than actor ranks
-        _logger.warning("advbudget: κ_eff skipped this step: %s", error)
+        status = kappa_eff_status(pairs, actor_forward(trainer))
+    except Exception as error:  # a metric is never worth the step (OOM, a dead actor, ...)
+        _logger.warning(
+            "advbudget: κ_eff skipped at step %d: %s: %s", global_steps, type(error).__name__, error
+        )
         return {}
+    # A value the step does not have (NaN) is left out: OpenRLHF would log NaN.
+    return {key: value for key, value in status.items() if not math.isnan(value)}

@@ -9,7 +9,10 @@ prompt's group can span processes, and each process keeps its own slice.
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +48,8 @@ _NAN_POLICIES = ("omit", "raise")
 
 
 _COMPUTE_KEYWORDS = ("tie_rtol", "tie_atol", "singletons")
+# The adapter's counters, saved in each checkpoint folder and read back on resume.
+STATE_FILE = "advbudget_state.json"
 
 
 @dataclass
@@ -101,9 +106,17 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
     Metrics (in ``self._metrics[mode]``, logged by TRL with an ``eval_`` prefix in eval):
     ``advbudget/skipped_group_fraction``, ``advbudget/advantage_gap_mean``,
     ``advbudget/positive_advantage_fraction``, ``advbudget/valid_fraction``,
-    ``advbudget/advantage_mean`` and ``advbudget/advantage_std``, and with
-    ``kappa_every`` ``advbudget/kappa_eff/{mean,median,std}``. The advantages in TRL's
-    completions table (``log_completions``) are the ones used.
+    ``advbudget/advantage_mean``, ``advbudget/advantage_std`` and
+    ``advbudget/nan_reward_fraction`` (rollouts every reward function scored None), and
+    with ``kappa_every`` ``advbudget/kappa_eff/{mean,median,std}``. A metric a step has no
+    value for (the advantage gap when every group is skipped, κ_eff without pairs) is left
+    out of that step rather than logged as NaN/None.
+
+    Faults: a κ_eff pass that raises is skipped with a RuntimeWarning and training goes
+    on. Resume: the κ_eff schedule's counter is saved as ``advbudget_state.json`` in each
+    checkpoint folder and read back by ``train(resume_from_checkpoint=...)``.
+
+    The advantages in TRL's completions table (``log_completions``) are the ones used.
 
     Eval uses ``num_generations_eval`` as the group size.
 
@@ -173,6 +186,7 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
         self._advbudget_generations = 0
         self._advbudget_kappa: _KappaBatch | None = None
         self.last_advantage_result: AdvantageResult | None = None
+        self.add_callback(_StateCallback(self))
         if kappa_every:
             self.add_callback(_KappaCallback(self))
 
@@ -209,12 +223,19 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
             self._drop_invalid_rows(output, result.valid[local])
 
         self._replace_logged_advantages(advantages)
-        for key, value in advantage_metric_dict(result, METRIC_PREFIX).items():
-            if not key.endswith(("advantage_min", "advantage_max")):
-                self._metrics[mode][key].append(value)
+        metrics = advantage_metric_dict(result, METRIC_PREFIX)
+        metrics = {k: v for k, v in metrics.items() if not k.endswith(("_min", "_max"))}
+        unscorable = torch.isnan(rewards_per_func).all(dim=1)  # every reward function None
+        metrics[f"{METRIC_PREFIX}nan_reward_fraction"] = float(unscorable.float().mean())
+        self._log_metrics(mode, metrics)
         if mode == "train" and self.kappa_every:
             if self._advbudget_generations % self.kappa_every == 0:
-                self._advbudget_kappa = self._kappa_before(output, advantages, group_size, start)
+                try:
+                    self._advbudget_kappa = self._kappa_before(
+                        output, advantages, group_size, start
+                    )
+                except Exception as error:  # a metric: never worth the step
+                    self._kappa_failed("before the update", error)
             self._advbudget_generations += 1
         return output
 
@@ -239,6 +260,46 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
             nan_policy=self.nan_policy,  # type: ignore[arg-type]
             **self.advantage_settings,
         )
+
+    def _log_metrics(self, mode: str, metrics: Mapping[str, float]) -> None:
+        """Append to TRL's metrics, leaving out values a step does not have (NaN, e.g. the
+        advantage gap when every group was skipped): TRL averages what it has over the
+        logging steps and logs None for a key with nothing, which TensorBoard refuses."""
+        for key, value in metrics.items():
+            if not math.isnan(value):
+                self._metrics[mode][key].append(value)
+
+    def _kappa_failed(self, when: str, error: Exception) -> None:
+        warnings.warn(
+            f"AdvBudgetGRPOTrainer: κ_eff skipped at step {self.state.global_step}: the pass "
+            f"{when} failed ({type(error).__name__}: {error}); training goes on",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        self._advbudget_kappa = None
+
+    # -- checkpoint state --------------------------------------------------------------
+
+    def advbudget_state(self) -> dict[str, Any]:
+        """The adapter's counters that a resumed run must continue from."""
+        return {"generations": self._advbudget_generations}
+
+    def load_advbudget_state(self, state: Mapping[str, Any]) -> None:
+        self._advbudget_generations = int(state.get("generations", 0))
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
+        super()._load_from_checkpoint(resume_from_checkpoint, model)
+        path = os.path.join(resume_from_checkpoint, STATE_FILE)
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as file:
+                self.load_advbudget_state(json.load(file))
+        else:
+            warnings.warn(
+                f"AdvBudgetGRPOTrainer: {path} not found (a checkpoint of another trainer?): "
+                "the κ_eff schedule restarts at this step",
+                RuntimeWarning,
+                stacklevel=2,
+            )
 
     def _drop_invalid_rows(self, output: dict[str, Any], keep: torch.Tensor) -> None:
         mask = output["completion_mask"]
@@ -313,6 +374,12 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
         batch, self._advbudget_kappa = self._advbudget_kappa, None
         if batch is None:
             return
+        try:
+            self._kappa_after_batch(batch)
+        except Exception as error:  # a metric: never worth the step
+            self._kappa_failed("after the update", error)
+
+    def _kappa_after_batch(self, batch: _KappaBatch) -> None:
         logp_after = self._sequence_logps(
             batch.input_ids, batch.attention_mask, batch.completion_mask
         )
@@ -324,13 +391,28 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
         both = self.accelerator.gather(local).to(batch.pairs.top.device)
         values = kappa_eff_of_pairs(batch.pairs, both[:, 0], both[:, 1])
         stats = kappa_metric_dict(values, prefix=METRIC_PREFIX)
-        for key in ("mean", "median", "std"):
-            name = f"{METRIC_PREFIX}kappa_eff/{key}"
-            self._metrics["train"][name].append(stats[name])
+        keys = [f"{METRIC_PREFIX}kappa_eff/{key}" for key in ("mean", "median", "std")]
+        self._log_metrics("train", {key: stats[key] for key in keys})
 
     def _generation_batch_done(self) -> bool:
         generate_every = self.args.steps_per_generation * self.num_iterations
         return bool(self._step % generate_every == 0)
+
+
+class _StateCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]
+    """Writes the adapter's counters into each checkpoint folder (read back by
+    ``_load_from_checkpoint`` on ``train(resume_from_checkpoint=...)``)."""
+
+    def __init__(self, trainer: AdvBudgetGRPOTrainer) -> None:
+        self.trainer = trainer
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if not state.is_world_process_zero:
+            return
+        folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+        if os.path.isdir(folder):
+            with open(os.path.join(folder, STATE_FILE), "w", encoding="utf-8") as file:
+                json.dump(self.trainer.advbudget_state(), file)
 
 
 class _KappaCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from advbudget.core import kappa_eff_of_pairs, kappa_pairs, sequence_logprobs
+from advbudget.core import get_spec, kappa_eff_of_pairs, kappa_pairs, sequence_logprobs
 from advbudget.metrics import advantage_metric_dict, kappa_metric_dict
 
 from ._estimators import VERL, compute_result, option
@@ -22,10 +22,13 @@ def metrics_estimator(config: Any) -> str | None:
     value = option(config, "adv_estimator", "")
     name = str(getattr(value, "value", value))  # verl's AdvantageEstimator enum or a string
     known = VERL.names()
-    if name in known:
-        return name
-    ours = VERL.name_of(name.removesuffix("_vectorized"))
-    return ours if ours in known else None
+    ours = name if name in known else VERL.name_of(name.removesuffix("_vectorized"))
+    if ours not in known:
+        return None
+    # The metrics see uid, rewards and the response mask: an estimator needing another
+    # input (remax's reward_baselines) is described by none.
+    needs = {i.name for i in get_spec(VERL.core_name(ours)).inputs if i.required}
+    return ours if needs <= {"response_lengths"} else None
 
 
 def batch_metrics(data: Any, config: Any, *, estimator: str | None = None) -> dict[str, float]:

@@ -23,6 +23,8 @@ msgspec``); :func:`register_trainers` returns ``[]`` without it.
 from __future__ import annotations
 
 import importlib.util
+import math
+import warnings
 from typing import Any
 
 from ._estimators import VERL, option
@@ -88,7 +90,8 @@ def _make_trainer(base: type, base_mode: str) -> type:
             field = "token_level_rewards" if kl_in_reward else "rm_scores"
             data = _fetch_dataproto(batch, ["uid", field, "response_mask"])
             data.batch["token_level_rewards"] = data.batch[field]
-            metrics.update(batch_metrics(data, self.config.algorithm))
+            metrics.update(_defined(batch_metrics(data, self.config.algorithm)))
+            metrics.update(_reward_fault_counts(batch))
             return batch
 
         def _update_actor(self, batch: Any, metrics: dict[str, Any]) -> Any:
@@ -106,11 +109,57 @@ def _make_trainer(base: type, base_mode: str) -> type:
             name = metrics_estimator(self.config.algorithm)
             if name is None:
                 return {}
-            return _kappa_eff_of_batch(self, batch)
+            try:
+                return _defined(_kappa_eff_of_batch(self, batch))
+            except Exception as error:  # a metric is never worth the step (OOM, a worker, ...)
+                warnings.warn(
+                    f"advbudget: κ_eff skipped at step {self.global_steps}: "
+                    f"{type(error).__name__}: {error}",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+                return {}
 
     Trainer.__name__ = Trainer.__qualname__ = f"AdvbudgetMetrics_{base_mode}"
     Trainer.__doc__ = f"verl's ``{base_mode}`` trainer plus advbudget's metrics and κ_eff."
     return Trainer
+
+
+def _defined(metrics: dict[str, float]) -> dict[str, float]:
+    """The metrics that have a value this step: NaN ones (the advantage gap when every group
+    was skipped, κ_eff without pairs) are left out rather than logged as NaN."""
+    return {key: value for key, value in metrics.items() if not math.isnan(value)}
+
+
+def _reward_fault_counts(batch: Any) -> dict[str, float]:
+    """``advbudget/reward_failures`` and ``advbudget/reward_timeouts``: the responses whose
+    grader raised / overran this step, from the ``reward_failure`` / ``reward_timeout``
+    keys :func:`advbudget.rewards.verl.compute_score` returns (verl keeps a score dict's
+    keys in each response's ``extra_fields["reward_extra_info"]`` but logs them only in
+    validation). Empty when the reward function is another one."""
+    import transfer_queue as tq
+
+    try:
+        data = tq.kv_batch_get(
+            keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"]
+        )
+        fields = data["extra_fields"]
+        fields = fields.tolist() if hasattr(fields, "tolist") else list(fields)
+    except Exception:  # no extra_fields in this batch (another reward path)
+        return {}
+    real = [i for i, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
+    failures = timeouts = 0.0
+    seen = False
+    for i in real:
+        field = fields[i] if i < len(fields) else None
+        info = field.get("reward_extra_info") if isinstance(field, dict) else None
+        if isinstance(info, dict) and "reward_failure" in info:
+            seen = True
+            failures += float(info.get("reward_failure") or 0.0)
+            timeouts += float(info.get("reward_timeout") or 0.0)
+    if not seen:
+        return {}
+    return {"advbudget/reward_failures": failures, "advbudget/reward_timeouts": timeouts}
 
 
 def _fetch_dataproto(batch: Any, fields: list[str]) -> Any:

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -184,10 +185,17 @@ def test_ray_job_submit(ray_cluster, hook_in_job: bool) -> None:  # type: ignore
     job_env: dict = {"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", "")}}
     if hook_in_job:
         job_env["worker_process_setup_hook"] = HOOK
-    out = subprocess.run(
-        [ray_bin, "job", "submit", "--address", address, "--working-dir", str(workdir),
-         "--runtime-env-json", json.dumps(job_env), "--", sys.executable, "probe.py"],
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+    command = [
+        ray_bin, "job", "submit", "--address", address, "--working-dir", str(workdir),
+        "--runtime-env-json", json.dumps(job_env), "--", sys.executable, "probe.py",
+    ]  # fmt: skip
+    # The head's dashboard agent registers some seconds after `ray start` returns (longer
+    # on a loaded machine); until then the job server answers "No available agent".
+    deadline = time.monotonic() + 120
+    while True:
+        out = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+        if "No available agent" not in out.stderr or time.monotonic() > deadline:
+            break
+        time.sleep(3)
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
     assert "PATCHED_IN_ACTOR True" in out.stdout

@@ -289,3 +289,21 @@ def test_trainer_kappa_eff_pads_to_the_data_parallel_size(monkeypatch: pytest.Mo
     (forwarded,) = trainer.actor_rollout_wg.passes
     assert forwarded.keys == ["k0", "k1", "k4", "k6", "k8", "k2"]
     assert metrics["advbudget/kappa_eff/mean"] == pytest.approx(1.5)
+
+
+@pytest.mark.parametrize(
+    ("adv_estimator", "described_by"),
+    [
+        ("grpo", "advbudget_grpo"),
+        ("grpo_vectorized", "advbudget_grpo"),
+        ("opo", "advbudget_opo"),
+        ("rloo_vectorized", "advbudget_rloo"),
+        ("reward_budget", "reward_budget"),
+        ("remax", None),  # needs reward_baselines, which the metrics do not fetch
+        ("gae", None),
+    ],
+)
+def test_which_estimator_describes_verls_own(adv_estimator: str, described_by: str | None) -> None:
+    from advbudget.adapters.verl._metrics import metrics_estimator
+
+    assert metrics_estimator({"adv_estimator": adv_estimator}) == described_by

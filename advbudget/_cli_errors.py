@@ -1,0 +1,240 @@
+"""How every ``advbudget`` command fails: one line on stderr, an exit code, no partial output.
+
+:func:`cli_errors` wraps a command: an :class:`OSError` (a bad path, a read-only or full
+disk) becomes ``error: <path>: <what went wrong>`` and exit code 1, a
+:class:`KeyboardInterrupt` (Ctrl-C) ``error: interrupted`` and exit code 130 (as shells
+report SIGINT), and a :class:`CommandError` its own message and code. No traceback.
+
+:func:`atomic_output` writes a file or a folder beside its destination and renames it
+into place only when everything has been written; on any failure the temporary (and any
+parent folder it had to create) is removed, so a failed run leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import functools
+import io
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import typer
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
+
+
+class CommandError(Exception):
+    """A failure the command explains in one line (``message``) and exits with ``code``."""
+
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.message, self.code = message, code
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    """Print ``error: <message>`` as one line on stderr; return the :class:`typer.Exit`."""
+    line = " ".join(f"error: {message}".split())  # one line, whatever the message holds
+    with contextlib.suppress(OSError):
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    return typer.Exit(code)
+
+
+def describe(error: OSError, label: str | None = None) -> str:
+    """``<label or path>: <reason>`` of an OSError, without the ``[Errno n]`` noise."""
+    reason = error.strerror or str(error) or type(error).__name__
+    where = label if label is not None else error.filename
+    if where is None:
+        return reason
+    if label is not None and error.filename is not None and str(error.filename) != label:
+        return f"{label}: {error.filename}: {reason}"
+    return f"{where}: {reason}"
+
+
+def cli_errors(command: F) -> F:
+    """Decorate a typer command so that it fails as this module describes."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            result = command(*args, **kwargs)
+            sys.stdout.flush()  # a full disk behind `> file` shows up here
+            return result
+        except CommandError as error:
+            raise fail(error.message, error.code) from None
+        except KeyboardInterrupt:
+            raise fail("interrupted (Ctrl-C); nothing was written", INTERRUPTED) from None
+        except OSError as error:
+            label = None
+            if error.filename is None and error.errno in _WRITE_ERRORS | {errno.EPIPE}:
+                # Files are written through atomic_output, which names them: a write
+                # error without a name comes from a stream (`> file` on a full disk).
+                label = "standard output"
+                _silence_stdout()
+            raise fail(describe(error, label)) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's final flush of what could not
+    be written does not print a second error."""
+    with contextlib.suppress(OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
+def check_output_dir(path: Path, label: str) -> None:
+    """Fail now, before any long work, if ``path`` cannot become a writable folder.
+
+    Creates nothing that stays: it probes with a temporary file in the nearest existing
+    folder of ``path``.
+    """
+    existing = Path(path)
+    while not existing.exists():
+        if existing.is_symlink():  # a dangling link: writing through it would fail
+            raise CommandError(f"{label} {path}: {existing} is a broken link")
+        existing = existing.parent
+    if not existing.is_dir():
+        what = "is a file" if existing == Path(path) else f"{existing} is a file"
+        raise CommandError(f"{label} {path}: {what}, not a folder")
+    try:
+        handle, probe = tempfile.mkstemp(prefix=".advbudget-probe-", dir=existing)
+    except OSError as error:
+        reason = error.strerror or str(error)
+        raise CommandError(f"{label} {path}: cannot write in {existing}: {reason}") from None
+    os.close(handle)
+    os.unlink(probe)
+
+
+def check_input_file(path: Path, label: str) -> None:
+    """Fail with one line if ``path`` is not an existing, readable file."""
+    path = Path(path)
+    if not path.exists():
+        raise CommandError(f"{label} {path}: no such file")
+    if path.is_dir():
+        raise CommandError(f"{label} {path}: is a folder, expected a file")
+    if not os.access(path, os.R_OK):
+        raise CommandError(f"{label} {path}: not readable (permission denied)")
+
+
+def check_output_file(path: Path, label: str) -> None:
+    """Fail now if ``path`` cannot be written as a file (a folder there, or no writable
+    parent)."""
+    path = Path(path)
+    if path.is_dir():
+        raise CommandError(f"{label} {path}: is a folder, expected a file name")
+    check_output_dir(path.parent, label)
+
+
+@contextlib.contextmanager
+def atomic_output(
+    path: Path, *, directory: bool = False, label: str | None = None
+) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; rename it to ``path`` when the block ends.
+
+    With ``directory=True`` the temporary is a folder: when ``path`` does not exist yet
+    it is renamed into place as a whole; when it does, each file is renamed into its
+    place (other files already in ``path`` are kept). On any exception the temporary,
+    and the parent folders this call created, are removed and the exception goes on,
+    with ``path`` as its file name when it had none (e.g. ENOSPC from a write).
+    """
+    path = Path(path)
+    label = label or str(path)
+    if path.exists() and directory and not path.is_dir():
+        raise CommandError(f"{label} {path}: is a file, not a folder")
+    if path.is_dir() and not directory:
+        raise CommandError(f"{label} {path}: is a folder, expected a file name")
+    created = _make_parents(path.parent, label)
+    temporary: Path | None = None
+    committed = False
+    try:
+        if directory:
+            temporary = Path(tempfile.mkdtemp(prefix=f".{path.name}.partial-", dir=path.parent))
+            os.chmod(temporary, 0o777 & ~_umask())  # mkdtemp's 0o700 is for secrets
+        else:
+            handle, name = tempfile.mkstemp(
+                prefix=f".{path.stem}.partial-", suffix=path.suffix, dir=path.parent
+            )
+            os.close(handle)
+            temporary = Path(name)
+            os.chmod(temporary, 0o666 & ~_umask())
+        yield temporary
+        if directory:
+            _commit_folder(temporary, path)
+        else:
+            os.replace(temporary, path)
+        committed = True
+    except OSError as error:
+        if error.filename is None and error.errno in _WRITE_ERRORS:
+            raise OSError(error.errno, error.strerror or str(error), str(path)) from error
+        raise
+    finally:
+        if not committed:
+            if temporary is not None:
+                _remove(temporary)
+            for folder in reversed(created):
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+
+
+_WRITE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG, errno.EACCES}
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _make_parents(folder: Path, label: str) -> list[Path]:
+    """mkdir -p ``folder``; return the folders created, outermost first."""
+    missing = []
+    current = folder
+    while not current.exists():
+        missing.append(current)
+        current = current.parent
+    if not current.is_dir():
+        raise CommandError(f"{label}: {current} is a file, not a folder")
+    created: list[Path] = []
+    try:
+        for item in reversed(missing):
+            item.mkdir()
+            created.append(item)
+    except OSError:
+        for item in reversed(created):
+            with contextlib.suppress(OSError):
+                item.rmdir()
+        raise
+    return created
+
+
+def _commit_folder(temporary: Path, path: Path) -> None:
+    if not path.exists():
+        os.rename(temporary, path)
+        return
+    for source in sorted(temporary.rglob("*")):
+        target = path / source.relative_to(temporary)
+        if source.is_dir():
+            if target.exists() and not target.is_dir():
+                raise OSError(errno.ENOTDIR, "is a file, not a folder", str(target))
+            target.mkdir(exist_ok=True)
+        else:
+            os.replace(source, target)
+    shutil.rmtree(temporary, ignore_errors=True)
+
+
+def _remove(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink()

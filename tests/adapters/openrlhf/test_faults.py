@@ -1,0 +1,83 @@
+"""Faults inside OpenRLHF: a failing grader, a failing κ_eff pass, empty-step metrics."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import pytest
+
+pytest.importorskip("openrlhf")
+
+import torch
+
+from advbudget.adapters.openrlhf import _kappa
+from advbudget.adapters.openrlhf._advantages import compute_advantages_and_returns
+from advbudget.rewards import openrlhf as rewards
+
+from .conftest import OPENRLHF_WARNINGS, make_args, make_experiences, make_maker
+
+pytestmark = OPENRLHF_WARNINGS
+
+
+def test_reward_that_raises_or_hangs_is_wrong_and_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = rewards.grade
+
+    def grade(response: str, truth: str, method: str) -> Any:
+        if truth == "boom":
+            raise RuntimeError("grader bug")
+        if truth == "hang":
+            time.sleep(3)
+        return real(response, truth, method)
+
+    monkeypatch.setattr(rewards, "grade", grade)
+    monkeypatch.setenv("ADVBUDGET_REWARD_TIMEOUT_S", "0.2")
+    start = time.perf_counter()
+    out = rewards.reward_func(["Answer: 34"] * 3, ["", "", ""], ["34", "boom", "hang"])
+    assert time.perf_counter() - start < 2  # the hanging grader did not block the call
+    assert out["rewards"].tolist() == [1.0, -1.0, -1.0]
+    assert out["scores"].tolist() == [1.0, 0.0, 0.0]
+    logs = out["extra_logs"]
+    assert logs["advbudget/reward_failures"].tolist() == [0.0, 1.0, 1.0]
+    assert logs["advbudget/reward_timeouts"].tolist() == [0.0, 0.0, 1.0]
+    assert logs["reward_error"].tolist() == [0.0, 1.0, 1.0]
+
+
+def test_every_group_skipped_leaves_out_the_gap() -> None:
+    """No group with a gap: the advantage gap has no value; OpenRLHF would log NaN (its
+    per-sample mean), so the key is left out of every experience of the step."""
+    experiences = make_experiences(3, 4, constant_groups=3)
+    maker = make_maker(make_args("reward_budget", 4), 0.0)
+    out = compute_advantages_and_returns(maker, experiences)
+    for experience in out:
+        assert "advbudget/advantage_gap_mean" not in experience.info
+        assert experience.info["advbudget/skipped_group_fraction"] == [1.0] * len(experience.index)
+        for key, values in experience.info.items():
+            if key.startswith("advbudget/"):
+                assert not any(math.isnan(v) for v in torch.as_tensor(values).tolist()), key
+
+
+class _Maker:
+    def __init__(self, pairs: Any) -> None:
+        self._advbudget_kappa_pairs = pairs
+
+
+def test_failing_kappa_pass_is_skipped(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Any exception of the extra forward (not only ValueError): a warning, no κ_eff keys."""
+    from types import SimpleNamespace
+
+    def broken(pairs: Any, forward: Any) -> Any:
+        raise RuntimeError("CUDA out of memory")
+
+    monkeypatch.setattr(_kappa, "kappa_eff_status", broken)
+    monkeypatch.setattr(_kappa, "actor_forward", lambda trainer: None)
+    args = make_args("reward_budget", 4)
+    args.advbudget = SimpleNamespace(kappa_every=1)
+    trainer = SimpleNamespace(args=args, experience_maker=_Maker(object()))
+    with caplog.at_level("WARNING", logger="advbudget.adapters.openrlhf"):
+        assert _kappa.after_update(trainer, 3) == {}
+    assert "κ_eff skipped at step 3" in caplog.text
+    assert trainer.experience_maker._advbudget_kappa_pairs is None
