@@ -200,8 +200,9 @@ def advantage_metrics(result: AdvantageResult) -> dict[str, float]:
     Keys: ``skipped_group_fraction`` (groups with no reward gap), ``advantage_gap_mean``
     (mean over the other groups of max - min advantage; NaN when every group was
     skipped), ``positive_advantage_fraction`` (rollouts with A > 0),
-    ``valid_fraction`` (rollouts that take part in the update), and the ``mean``,
-    ``std``, ``min`` and ``max`` of the advantages.
+    ``valid_fraction`` (rollouts that take part in the update), the ``mean``,
+    ``std``, ``min`` and ``max`` of the advantages, and ``nan_reward_fraction`` (rollouts
+    whose reward was NaN, left out under ``nan_policy="omit"``).
 
     Examples:
         >>> import numpy as np
@@ -228,6 +229,8 @@ def advantage_metrics(result: AdvantageResult) -> dict[str, float]:
         "advantage_std": float(xp.std(advantages)),
         "advantage_min": float(xp.min(advantages)),
         "advantage_max": float(xp.max(advantages)),
+        # rollouts left out for a NaN reward (nan_policy="omit"): the rest have a reward
+        "nan_reward_fraction": 1 - float(xp.sum(result.grouped.count)) / n,
     }
 
 

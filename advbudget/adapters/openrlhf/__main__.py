@@ -40,7 +40,7 @@ from ._version import check_openrlhf_version
 
 ESTIMATOR_FLAG = "--algo.advantage.estimator"
 DEFAULT_KAPPA_EVERY = OPENRLHF.kappa_every
-_OWN_FLAGS = ("kappa_every", "parse_only", "tie_rtol", "tie_atol")
+_OWN_FLAGS = ("kappa_every", "parse_only", "tie_rtol", "tie_atol", "nan_policy")
 
 
 class ParsedOnly(Exception):
@@ -123,6 +123,7 @@ def _patched_parser(parse_only: bool) -> Iterator[None]:
             original_add(self, f"--advbudget.{name}", type=kind, default=None)
         original_add(self, "--advbudget.tie_rtol", type=float, default=None)
         original_add(self, "--advbudget.tie_atol", type=float, default=None)
+        original_add(self, "--advbudget.nan_policy", choices=("raise", "omit"), default=None)
         original_add(self, "--advbudget.kappa_every", type=int, default=DEFAULT_KAPPA_EVERY)
         original_add(self, "--advbudget.parse_only", action="store_true", default=False)
         flat = original_parse(self, *args, **kwargs)

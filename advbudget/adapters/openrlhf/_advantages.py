@@ -67,7 +67,7 @@ def core_estimator(name: str, args: Any = None) -> tuple[str, dict[str, Any]]:
     ``--advbudget.<option>`` flags given (``--advbudget.budget 0.5``)."""
     core = OPENRLHF.core_name(name)
     spec = get_spec(core)
-    keys = (*(o.name for o in spec.options), "tie_rtol", "tie_atol")
+    keys = (*(o.name for o in spec.options), "tie_rtol", "tie_atol", "nan_policy")
     given = {key: option_value(args, key) for key in keys}
     overrides = {k: v for k, v in given.items() if v is not None}
     advantage = getattr(getattr(args, "algo", None), "advantage", None)
@@ -220,7 +220,14 @@ def sample_metrics(result: Any) -> dict[str, list[float]]:
         "advantage_mean",
     )
     metrics = dict(zip(names, per_sample.tolist(), strict=True))
-    for name in ("advantage_gap_mean", "advantage_std", "advantage_min", "advantage_max"):
+    batch_wide = (
+        "advantage_gap_mean",
+        "advantage_std",
+        "advantage_min",
+        "advantage_max",
+        "nan_reward_fraction",
+    )
+    for name in batch_wide:
         # A value the batch does not have (the gap when every group is skipped: NaN) is
         # left out of every experience of the step: OpenRLHF would log NaN.
         if not math.isnan(batch[name]):

@@ -225,8 +225,6 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
         self._replace_logged_advantages(advantages)
         metrics = advantage_metric_dict(result, METRIC_PREFIX)
         metrics = {k: v for k, v in metrics.items() if not k.endswith(("_min", "_max"))}
-        unscorable = torch.isnan(rewards_per_func).all(dim=1)  # every reward function None
-        metrics[f"{METRIC_PREFIX}nan_reward_fraction"] = float(unscorable.float().mean())
         self._log_metrics(mode, metrics)
         if mode == "train" and self.kappa_every:
             if self._advbudget_generations % self.kappa_every == 0:

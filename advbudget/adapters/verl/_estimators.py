@@ -19,6 +19,9 @@ line, e.g. ``+algorithm.advbudget.budget=0.5``):
 - ``advbudget.<option>``: any option of the chosen estimator (``budget``, ``eps``,
   ``std_correction``, a plugin's own; see ``docs/estimators.md``);
 - ``advbudget.tie_rtol`` / ``advbudget.tie_atol``: the core's tie tolerance;
+- ``advbudget.nan_policy``: ``raise`` (default: a NaN reward stops the step, naming the
+  rollout) or ``omit`` (left out of its group, advantage 0; ``advbudget/nan_reward_fraction``
+  in the metrics);
 - ``norm_adv_by_std_in_grpo`` (verl's own, default True): ``advbudget_grpo`` divides by the
   group std only when it is True; False gives Dr.GRPO's ``r - mean``, as verl's ``grpo``.
 
@@ -80,7 +83,7 @@ def core_settings(name: str, config: Any) -> tuple[str, dict[str, Any]]:
     overrides: dict[str, Any] = {}
     if spec.option("norm_adv_by_std") is not None:  # grpo_passk reads verl's GRPO switch
         overrides["norm_adv_by_std"] = bool(option(config, "norm_adv_by_std_in_grpo", True))
-    for key in (*(o.name for o in spec.options), "tie_rtol", "tie_atol"):
+    for key in (*(o.name for o in spec.options), "tie_rtol", "tie_atol", "nan_policy"):
         value = option(config, f"advbudget.{key}", None)
         if value is not None:
             overrides[key] = value

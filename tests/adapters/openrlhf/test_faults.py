@@ -81,3 +81,22 @@ def test_failing_kappa_pass_is_skipped(
         assert _kappa.after_update(trainer, 3) == {}
     assert "κ_eff skipped at step 3" in caplog.text
     assert trainer.experience_maker._advbudget_kappa_pairs is None
+
+
+def test_nan_rewards_follow_the_configured_nan_policy() -> None:
+    """--advbudget.nan_policy: raise (default) names the rollout; omit leaves it out of its
+    group and reports the step's fraction in advbudget/nan_reward_fraction."""
+    from types import SimpleNamespace
+
+    experiences = make_experiences(3, 4, seed=1)
+    experiences[0].rewards[0] = float("nan")
+    args = make_args("advbudget_dr_grpo", 4)
+    with pytest.raises(ValueError, match="rewards: expected finite numbers, got 1 of 12"):
+        compute_advantages_and_returns(make_maker(args), list(experiences))
+    args.advbudget = SimpleNamespace(nan_policy="omit")
+    out = compute_advantages_and_returns(make_maker(args), experiences)
+    fractions = [v for e in out for v in e.info["advbudget/nan_reward_fraction"]]
+    assert fractions == pytest.approx([1 / 12] * 12)
+    first = out[0]
+    assert torch.all(first.advantages[0] == 0)  # the NaN sample takes no part
+    assert not torch.isnan(torch.cat([e.advantages.reshape(-1) for e in out])).any()

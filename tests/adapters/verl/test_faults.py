@@ -158,3 +158,28 @@ def test_kappa_schedule_depends_only_on_the_restored_global_steps(
     assert uninterrupted == [2, 4, 6]
     assert before_save + after_resume == uninterrupted
     assert set(vars(resumed)) == {"config", "actor_rollout_wg", "global_steps"}
+
+
+def test_nan_rewards_follow_the_configured_nan_policy() -> None:
+    """+algorithm.advbudget.nan_policy: raise (default) or omit, with the fraction logged."""
+    from advbudget.adapters.verl import batch_metrics, estimator_function
+
+    from .conftest import make_batch
+
+    batch = make_batch([4, 4], seed=2, shuffle=False)
+    rewards = batch.batch["token_level_rewards"]
+    rewards[0, batch.batch["response_mask"][0].sum() - 1] = float("nan")
+    fn = estimator_function("advbudget_dr")
+    kwargs = {
+        "token_level_rewards": rewards,
+        "response_mask": batch.batch["response_mask"],
+        "index": batch.non_tensor_batch["uid"],
+    }
+    with pytest.raises(ValueError, match="rewards: expected finite numbers, got 1 of 8"):
+        fn(**kwargs, config=algorithm_config("advbudget_dr"))
+    omit = algorithm_config("advbudget_dr", nan_policy="omit")
+    advantages, _ = fn(**kwargs, config=omit)
+    assert not torch.isnan(advantages).any()
+    assert torch.all(advantages[0] == 0)
+    metrics = batch_metrics(batch, omit)
+    assert metrics["advbudget/nan_reward_fraction"] == pytest.approx(1 / 8)

@@ -30,6 +30,7 @@ DOCUMENTED = {
     "advantage_std",
     "advantage_min",
     "advantage_max",
+    "nan_reward_fraction",
 }
 
 
