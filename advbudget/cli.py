@@ -12,7 +12,8 @@ from rich.table import Table
 
 from . import theory
 from ._cli_errors import atomic_output, check_output_file, cli_errors
-from .core import estimator_names
+from .core import estimator_names, get_spec
+from .core._catalogue import all_names
 from .data._cli import app as data_app
 from .eval._cli import eval_command
 from .sim._cli import simulate_command
@@ -76,11 +77,20 @@ def explain(
     section 3): budgeting's equals f'_{G-1}(p), Dr's is flat, GRPO's is U-shaped.
     """
     names = [name.strip() for name in estimators.split(",") if name.strip()]
-    unknown = [name for name in names if name not in estimator_names()]
+    unknown = [name for name in names if name not in all_names()]  # aliases are fine
     if unknown:
         raise typer.BadParameter(
             f"expected names from {estimator_names()}, got {unknown}", param_hint="--estimators"
         )
+    for name in names:
+        needs = [i.name for i in get_spec(name).inputs if i.required]
+        if needs:
+            raise typer.BadParameter(
+                f"{name} needs per-rollout inputs ({', '.join(needs)}) beside the binary "
+                "reward; explain shows estimators of the reward alone (in Python: "
+                f"advbudget.theory.implied_slope({name!r}, G, p, {needs[0]}=...))",
+                param_hint="--estimators",
+            )
     if plot is not None:
         _check_plot(plot)
     console = Console()

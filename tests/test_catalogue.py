@@ -215,3 +215,18 @@ def test_a_broken_plugin_is_reported_by_name_and_costs_no_other(tmp_path):
     assert out.stdout.strip() == "[0.5, -0.5]"
     assert "estimator: 'broken' is not available" in out.stderr
     assert "RuntimeError: boom" in out.stderr
+
+
+def test_explain_takes_aliases_and_refuses_estimators_needing_inputs():
+    from typer.testing import CliRunner
+
+    from advbudget.cli import app
+
+    runner = CliRunner()
+    ok = runner.invoke(app, ["explain", "--estimators", "dr_grpo,reward_budget", "-G", "4"])
+    assert ok.exit_code == 0, ok.output
+    assert "dr_grpo" in ok.output
+    refused = runner.invoke(app, ["explain", "--estimators", "opo", "-G", "4"])
+    assert refused.exit_code == 2
+    assert "Traceback" not in refused.output
+    assert "opo needs per-rollout inputs" in " ".join(refused.output.split())

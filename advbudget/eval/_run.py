@@ -222,17 +222,8 @@ def evaluate(
         raise
     if journal is not None:
         journal.close()
-    config = {
-        "model": model,
-        "benchmarks": list(benchmarks),
-        "n": n,
-        "ks": list(ks),
-        "temperature": temperature,
-        "max_new_tokens": max_new_tokens,
-        "grader": grader,
-        "seed": seed,
-        "generator": type(generator).__name__,
-    }
+    config = {k: v for k, v in settings.items() if k != "chat_template_kwargs"}
+    config["generator"] = type(generator).__name__
     report = EvalReport(score(records, ks), config)
     if output_dir is not None:
         _write_atomic(
