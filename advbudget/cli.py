@@ -73,8 +73,8 @@ def explain(
     """Show what each estimator does with binary rewards, and the objective it implies.
 
     For k = 0..G correct rollouts, the advantage of a correct and of a wrong rollout;
-    then the exact expected update slope dJ/dp over the success probability p (SPEC
-    section 3): budgeting's equals f'_{G-1}(p), Dr's is flat, GRPO's is U-shaped.
+    then the exact expected update slope dJ/dp over the success probability p (docs:
+    Method and theory): budgeting's equals f'_{G-1}(p), Dr's is flat, GRPO's is U-shaped.
     """
     names = [name.strip() for name in estimators.split(",") if name.strip()]
     unknown = [name for name in names if name not in all_names()]  # aliases are fine

@@ -1,4 +1,6 @@
-"""What to log beside the advantages: κ, κ_eff and advantage statistics (SPEC section 4).
+"""What to log beside the advantages: κ, κ_eff and advantage statistics.
+
+The definitions are in the docs (Method and theory, "Sharpness: κ and κ_eff").
 
 ``kappa`` is the sharpness a KL-regularised objective asks for, ``(r+ - r-) / beta``;
 ``kappa_eff`` is what one policy update actually did to the log-odds of the best and

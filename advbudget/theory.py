@@ -1,4 +1,6 @@
-"""What each estimator optimises, for binary rewards (SPEC section 3).
+"""What each estimator optimises, for binary rewards.
+
+The derivation is in the docs (Method and theory, "What each estimator optimises").
 
 With independent on-policy rollouts and the unclipped, centred score-function update
 ``sum_i A_i grad log pi(o_i)``, the expected update along a prompt's success probability

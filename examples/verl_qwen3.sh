@@ -8,7 +8,7 @@
 #   bash examples/verl_qwen3.sh --print              # print the training command
 #
 # Budgeting replaces only the advantage step (algorithm.adv_estimator=reward_budget); each
-# baseline keeps its own loss aggregation, clipping, KL and filtering (SPEC section 5).
+# baseline keeps its own loss aggregation, clipping, KL and filtering (the paper's protocol: docs/reproducing.md).
 # 8 rollouts per prompt, 32 prompts per update, vLLM rollout, validation on AIME24 (avg@8
 # at temperature 0.7), metrics (advbudget/*, κ_eff) through trainer.v1.trainer_mode=advbudget_sync,
 # then `advbudget eval` on the last checkpoint. Extra arguments are passed to verl as
@@ -138,7 +138,8 @@ export VERL_USE_EXTERNAL_MODULES=advbudget.adapters.verl
 "$PYTHON" -m verl.trainer.main_ppo "${OVERRIDES[@]}"
 
 # 3. Evaluate the last checkpoint (merged to Hugging Face format) as the paper does: avg@8.
-STEP_DIR=$(ls -d "$CKPT_DIR"/global_step_* | sort -t_ -k3 -n | tail -1)
+# (the step verl recorded in latest_checkpointed_iteration.txt, else the largest N)
+STEP_DIR=$("$PYTHON" -m advbudget.adapters.verl.checkpoints "$CKPT_DIR")
 "$PYTHON" -m verl.model_merger merge --backend fsdp --local_dir "$STEP_DIR/actor" \
   --target_dir "$STEP_DIR/hf"
 advbudget eval --model "$STEP_DIR/hf" --benchmarks amc23,aime24,aime25,math500 --n 8 \

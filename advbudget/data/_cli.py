@@ -151,5 +151,5 @@ def _usage(name: str, files: dict[str, str]) -> str:
     return (
         f"--data.prompt_dataset {files['train']} --data.input_key prompt "
         "--data.label_key label --data.apply_chat_template"
-        + (f" --data.eval_dataset {files['val']}" if "val" in files else "")
+        + (f" --eval.dataset {files['val']}" if "val" in files else "")
     )

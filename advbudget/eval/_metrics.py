@@ -1,4 +1,4 @@
-"""avg@k and unbiased pass@k, the paper's two evaluation numbers (SPEC section 5)."""
+"""avg@k and unbiased pass@k, the paper's two evaluation numbers (docs: Reproducing the paper)."""
 
 from __future__ import annotations
 

@@ -199,3 +199,41 @@ def test_ray_job_submit(ray_cluster, hook_in_job: bool) -> None:  # type: ignore
         time.sleep(3)
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
     assert "PATCHED_IN_ACTOR True" in out.stdout
+
+
+def _docs_flags() -> list[str]:
+    """The data flags the OpenRLHF guide tells users to pass (its first bash block with
+    --data.prompt_dataset)."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    guide = Path(__file__).resolve().parents[3] / "docs" / "guides" / "openrlhf.md"
+    blocks = re.findall(r"```bash\n(.*?)```", guide.read_text(encoding="utf-8"), re.S)
+    block = next(b for b in blocks if "--data.prompt_dataset" in b)
+    return shlex.split(block.replace("\\\n", " "))
+
+
+@pytest.mark.parametrize("source", ["data prepare", "docs"])
+def test_printed_data_flags_parse_with_openrlhf(source: str) -> None:
+    """What `advbudget data prepare` prints for OpenRLHF, and what the guide shows, parse
+    with OpenRLHF's own parser (0.11.2 has --eval.dataset, not --data.eval_dataset)."""
+    import shlex
+
+    from advbudget.data._cli import _usage
+
+    if source == "docs":
+        flags = _docs_flags()
+    else:
+        files = {"train": "/data/train.jsonl", "val": "/data/val.jsonl"}
+        flags = shlex.split(_usage("openrlhf", files))
+    import advbudget.rewards.openrlhf as reward_file
+
+    args = parse(
+        "--algo.advantage.estimator", "reward_budget", "--rollout.n_samples_per_prompt", "8",
+        "--reward.remote_url", reward_file.__file__,  # OpenRLHF's eval needs a reward
+        *flags,
+    )  # fmt: skip
+    assert args.data.prompt_dataset.endswith("train.jsonl")
+    assert args.eval.dataset.endswith("val.jsonl")
+    assert args.data.label_key == "label"
