@@ -24,11 +24,27 @@ app = typer.Typer(
     add_completion=False,
 )
 
+MAX_EXPLAIN_GROUP_SIZE = 1024
 SLOPE_POINTS = (0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from . import __version__
+
+        typer.echo(f"advbudget {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _main() -> None:
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version."
+        ),
+    ] = False,
+) -> None:
     """advbudget: one implementation of group advantage estimators, for every trainer."""
 
 
@@ -61,7 +77,14 @@ def estimators(
 @cli_errors
 def explain(
     group_size: Annotated[
-        int, typer.Option("--group-size", "-G", min=2, help="Rollouts per prompt.")
+        int,
+        typer.Option(
+            "--group-size",
+            "-G",
+            min=2,
+            max=MAX_EXPLAIN_GROUP_SIZE,  # the tables enumerate every k of G: O(G^2)
+            help="Rollouts per prompt.",
+        ),
     ] = 8,
     estimators: Annotated[
         str, typer.Option(help="Comma-separated estimator names.")

@@ -230,3 +230,19 @@ def test_explain_takes_aliases_and_refuses_estimators_needing_inputs():
     assert refused.exit_code == 2
     assert "Traceback" not in refused.output
     assert "opo needs per-rollout inputs" in " ".join(refused.output.split())
+
+
+def test_version_and_a_huge_group_size_are_one_line_answers():
+    from typer.testing import CliRunner
+
+    import advbudget
+    from advbudget.cli import app
+
+    runner = CliRunner()
+    version = runner.invoke(app, ["--version"])
+    assert version.exit_code == 0
+    assert version.output.strip() == f"advbudget {advbudget.__version__}"
+    huge = runner.invoke(app, ["explain", "--group-size", "100000"])
+    assert huge.exit_code == 2
+    assert "1024" in huge.output
+    assert "Traceback" not in huge.output

@@ -167,6 +167,24 @@ def test_mixed_devices():
         token_advantages(rewards, torch.ones(4, 3, device="meta"))
 
 
+def test_mixed_namespaces_and_meta_tensors_say_what_they_are():
+    from advbudget.metrics import kappa_eff
+
+    torch = pytest.importorskip("torch")
+    rewards = np.array([1.0, 0.0, 1.0, 0.0])
+    with pytest.raises(
+        ValueError, match=r"group_ids: expected a numpy array like rewards, got a torch one"
+    ):
+        budget_advantage(rewards, group_ids=torch.tensor([0, 0, 1, 1]))
+    torch_groups = make_groups(torch.tensor(rewards), group_size=2)
+    with pytest.raises(ValueError, match="groups built for numpy on cpu, got groups for torch"):
+        budget_advantage(rewards, groups=torch_groups)
+    with pytest.raises(ValueError, match=r"logp_old: expected a torch array like advantages"):
+        kappa_eff(np.zeros(4), torch.zeros(4), torch.zeros(4), group_size=2)
+    with pytest.raises(ValueError, match="rewards: expected a tensor with values, got one on"):
+        budget_advantage(torch.ones(4, device="meta"), group_size=2)
+
+
 def test_token_advantages_shapes():
     with pytest.raises(ValueError, match=r"response_mask: expected shape \(2, T\) .* got \(3, 4\)"):
         token_advantages(np.zeros(2), np.ones((3, 4)))

@@ -94,7 +94,16 @@ def is_traced(x: Array) -> bool:
 
 
 def check_same_device(reference: Array, other: Array, reference_name: str, name: str) -> None:
-    """Raise if ``other`` lives on another device than ``reference``."""
+    """Raise if ``other`` is of another namespace, or lives on another device, than
+    ``reference`` (the namespaces are named first: "numpy vs torch", not "cpu vs cpu")."""
+    if not (is_traced(reference) or is_traced(other)):
+        mine = backend(array_api_compat.array_namespace(reference))
+        theirs = backend(array_api_compat.array_namespace(other))
+        if mine != theirs:
+            raise ValueError(
+                f"{name}: expected a {mine} array like {reference_name}, got a {theirs} one "
+                f"({mine} vs {theirs})"
+            )
     expected, got = device_of(reference), device_of(other)
     if expected != got:
         raise ValueError(

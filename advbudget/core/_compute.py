@@ -224,6 +224,11 @@ def group_checked(
     _checks.nonnegative_finite("tie_rtol", tie_rtol)
     _checks.nonnegative_finite("tie_atol", tie_atol)
     device = device_of(rewards)
+    if str(device) == "meta":  # torch's shape-only tensors: nothing to compute on
+        raise ValueError(
+            "rewards: expected a tensor with values, got one on the meta device (shapes "
+            "only); move it to cpu or cuda first"
+        )
     dtype = compute_dtype(xp, rewards.dtype, device, "rewards")
     if rewards.dtype != dtype:
         rewards = xp.astype(rewards, dtype)
@@ -305,6 +310,6 @@ def _check_groups(
     same_device = groups.device == device or is_traced(rewards)
     if groups.xp is not xp or not same_device:
         raise ValueError(
-            f"groups: expected groups built for {xp.__name__} on {device}, "
-            f"got groups for {groups.xp.__name__} on {groups.device}"
+            f"groups: expected groups built for {backend(xp)} on {device}, "
+            f"got groups for {backend(groups.xp)} on {groups.device}"
         )

@@ -9,6 +9,7 @@ to ``OUTPUT_DIR/rank<r>.json``.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -78,6 +79,12 @@ def main(model_dir: str, data_file: str, output_dir: str) -> None:
     trainer.accelerator.wait_for_everyone()
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
+    # Then leave without the interpreter's teardown: "terminate called without an active
+    # exception" is libstdc++ destroying a still-joinable std::thread, and the only C++
+    # threads here are torch's (gloo's); skipping static destructors skips that abort.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
