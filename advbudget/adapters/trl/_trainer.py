@@ -161,8 +161,9 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
         for key, value in (("tie_rtol", tie_rtol), ("tie_atol", tie_atol)):
             if value is not None:
                 overrides[key] = value
-        if spec is not None and spec.inputs:
-            names = ", ".join(i.name for i in spec.inputs)
+        needs = [] if spec is None else [i.name for i in spec.inputs if i.required]
+        if spec is not None and needs:  # optional inputs (whitening's weights): not given
+            names = ", ".join(needs)
             raise ValueError(
                 f"advantage_estimator: {spec.name} needs per-rollout inputs ({names}) that "
                 "TRL's reward step does not provide"

@@ -70,3 +70,20 @@ def test_found_from_metadata_in_a_fresh_process() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "advbudget-example-plugin" in out.stdout
+
+
+def test_estimators_with_optional_inputs_run_and_required_ones_are_refused(
+    make_trainer: Any,
+) -> None:
+    """reinforce_baseline's token weights are optional (each completion weighs 1 in TRL);
+    opo's response lengths are required, and TRL's reward step has none to give."""
+    trainer = make_trainer(
+        AdvBudgetGRPOTrainer, config={"max_steps": 1}, advantage_estimator="reinforce_baseline"
+    )
+    trainer.train()
+    result = trainer.last_advantage_result
+    assert result is not None
+    assert result.estimator == "reinforce_baseline"
+    assert abs(float(result.advantages.mean())) < 1e-5  # whitened over the batch
+    with pytest.raises(ValueError, match=r"opo needs per-rollout inputs \(response_lengths\)"):
+        make_trainer(AdvBudgetGRPOTrainer, advantage_estimator="opo")
