@@ -38,10 +38,14 @@ def group_normalized(g: GroupedRewards, *, eps: float = 1e-6, std_correction: in
     return with_raw_singletons(g, centred * g.expand(inverse_std), scale=1 + eps)
 
 
+def _kept(g: GroupedRewards) -> Array:
+    """Rows: 1 in groups that get an update, 0 elsewhere (compute dtype)."""
+    return g.expand(g.xp.astype(g.kept(), g.rewards.dtype))
+
+
 def dr(g: GroupedRewards) -> Array:
     """Dr. GRPO: ``r - mean`` per group, no std division."""
-    keep = g.xp.astype(g.kept(), g.rewards.dtype)
-    return with_raw_singletons(g, deviation(g) * g.expand(keep))
+    return with_raw_singletons(g, deviation(g) * _kept(g))
 
 
 def rloo(g: GroupedRewards) -> Array:
@@ -49,11 +53,6 @@ def rloo(g: GroupedRewards) -> Array:
     xp, keep = g.xp, g.kept()
     factor = xp.where(keep, g.count / safe(xp, g.count > 1, g.count - 1), 0)
     return with_raw_singletons(g, deviation(g) * g.expand(factor))
-
-
-def _kept(g: GroupedRewards) -> Array:
-    """Rows: 1 in groups that get an update, 0 elsewhere (compute dtype)."""
-    return g.expand(g.xp.astype(g.kept(), g.rewards.dtype))
 
 
 def opo(g: GroupedRewards, *, response_lengths: Array) -> Array:
