@@ -5,17 +5,36 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH_PIN ?= torch==2.13.0
+# Where the CPU wheel of TORCH_PIN comes from. Empty: pip's configured index (these machines
+# serve the CPU wheel locally). Elsewhere: make test TORCH_INDEX=https://download.pytorch.org/whl/cpu
+TORCH_INDEX ?=
 STAMP := $(VENV)/.installed
 
 .PHONY: test demo bench lint typecheck clean test-core test-verl test-trl test-openrlhf bench-verl bench-trl bench-openrlhf bench-rewards
+
+# $(call install_torch,DIR): torch from its pin, before anything that depends on it.
+define install_torch
+	$(1)/bin/python -m pip install --quiet "$(TORCH_PIN)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+endef
+
+# $(call require_cpu_torch,DIR): fail, rather than test on a CUDA build pip fetched silently
+# (a dependency asking for another torch would replace the pinned one). ALLOW_CUDA_TORCH=1
+# accepts one on purpose.
+define require_cpu_torch
+	$(1)/bin/python -c "import os, sys, torch; cuda = torch.version.cuda; \
+	  sys.exit(f'$(1): torch {torch.__version__} is a CUDA {cuda} build; make test wants the CPU wheel: ' \
+	  'set TORCH_INDEX=https://download.pytorch.org/whl/cpu, or ALLOW_CUDA_TORCH=1') \
+	  if cuda and not os.environ.get('ALLOW_CUDA_TORCH') else None"
+endef
 
 # $(call environment,DIR,EXTRAS): a virtual environment with torch from its pin first,
 # then advbudget (editable) with EXTRAS and the test runner.
 define environment
 	$(PYTHON) -m venv $(1)
 	$(1)/bin/python -m pip install --quiet --upgrade pip
-	$(1)/bin/python -m pip install --quiet "$(TORCH_PIN)"
+	$(call install_torch,$(1))
 	$(1)/bin/python -m pip install --quiet -e ".[$(2)]" pytest hypothesis
+	$(call require_cpu_torch,$(1))
 	touch $(1)/.installed
 endef
 
@@ -53,7 +72,7 @@ bench-verl: $(VENV_VERL)/.installed
 
 VENV_TRL ?= .venv-trl
 $(VENV_TRL)/.installed: pyproject.toml $(PLUGIN)/pyproject.toml
-	$(call environment,$(VENV_TRL),trl)
+	$(call environment,$(VENV_TRL),lm)
 	$(VENV_TRL)/bin/python -m pip install --quiet --no-deps ./$(PLUGIN)
 
 test-trl: $(VENV_TRL)/.installed
@@ -69,13 +88,14 @@ VENV_OPENRLHF ?= .venv-openrlhf
 $(VENV_OPENRLHF)/.installed: pyproject.toml $(PLUGIN)/pyproject.toml
 	$(PYTHON) -m venv $(VENV_OPENRLHF)
 	$(VENV_OPENRLHF)/bin/python -m pip install --quiet --upgrade pip
-	$(VENV_OPENRLHF)/bin/python -m pip install --quiet "$(TORCH_PIN)"
+	$(call install_torch,$(VENV_OPENRLHF))
 	$(VENV_OPENRLHF)/bin/python -m pip install --quiet --no-deps openrlhf==0.11.2
 	$(VENV_OPENRLHF)/bin/python -m pip install --quiet "ray[default]==2.55.0" transformers==5.15.0 \
 	  peft pylatexenc aiohttp torchdata pillow datasets accelerate
 	$(VENV_OPENRLHF)/bin/python -m pip install --quiet --no-build-isolation deepspeed==0.19.6
 	$(VENV_OPENRLHF)/bin/python -m pip install --quiet -e ".[data,rewards]" pytest hypothesis
 	$(VENV_OPENRLHF)/bin/python -m pip install --quiet --no-deps ./$(PLUGIN)
+	$(call require_cpu_torch,$(VENV_OPENRLHF))
 	touch $@
 
 test-openrlhf: $(VENV_OPENRLHF)/.installed
@@ -84,9 +104,18 @@ test-openrlhf: $(VENV_OPENRLHF)/.installed
 bench-openrlhf: $(VENV_OPENRLHF)/.installed
 	$(VENV_OPENRLHF)/bin/python benchmarks/openrlhf_adapter.py
 
-demo: $(STAMP)
-	$(BIN)/advbudget explain --group-size 8 --plot demo/explain.png
-	$(BIN)/advbudget simulate --experiment compare --output-dir demo
+# The demo needs numpy and matplotlib only (the lab is numpy): its own small environment,
+# no torch, no test stack.
+VENV_DEMO ?= .venv-demo
+$(VENV_DEMO)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV_DEMO)
+	$(VENV_DEMO)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV_DEMO)/bin/python -m pip install --quiet -e ".[plot]"
+	touch $@
+
+demo: $(VENV_DEMO)/.installed
+	$(VENV_DEMO)/bin/advbudget explain --group-size 8 --plot demo/explain.png
+	$(VENV_DEMO)/bin/advbudget simulate --experiment compare --regime both --estimators grpo,dr,budget --seeds 4 --workers 2
 
 bench-rewards: $(STAMP)
 	$(BIN)/python benchmarks/rewards_complexity.py
@@ -101,4 +130,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/report.py
 
 clean:
-	rm -rf $(VENV) $(VENV_VERL) $(VENV_TRL) $(VENV_OPENRLHF) .pytest_cache .mypy_cache .ruff_cache demo
+	rm -rf $(VENV) $(VENV_DEMO) $(VENV_VERL) $(VENV_TRL) $(VENV_OPENRLHF) .pytest_cache .mypy_cache .ruff_cache demo

@@ -3,7 +3,9 @@
 :func:`cli_errors` wraps a command: an :class:`OSError` (a bad path, a read-only or full
 disk) becomes ``error: <path>: <what went wrong>`` and exit code 1, a
 :class:`KeyboardInterrupt` (Ctrl-C) ``error: interrupted`` and exit code 130 (as shells
-report SIGINT), and a :class:`CommandError` its own message and code. No traceback.
+report SIGINT), a missing optional package (an :class:`ImportError`) the extra that
+brings it, the Hugging Face Hub out of reach what is not cached and how to fix it, and a
+:class:`CommandError` its own message and code. No traceback.
 
 :func:`atomic_output` writes a file or a folder beside its destination and renames it
 into place only when everything has been written; on any failure the temporary (and any
@@ -72,7 +74,13 @@ def cli_errors(command: F) -> F:
             raise fail(error.message, error.code) from None
         except KeyboardInterrupt:
             raise fail("interrupted (Ctrl-C); nothing was written", INTERRUPTED) from None
+        except ImportError as error:
+            if (error.name or "").split(".")[0] == "advbudget":
+                raise  # not a missing package: a bug, with its traceback
+            raise fail(missing_dependency(error)) from None
         except OSError as error:
+            if hub_unreachable(error):
+                raise fail(not_cached("a file", None)) from None
             label = None
             if error.filename is None and error.errno in _WRITE_ERRORS | {errno.EPIPE}:
                 # Files are written through atomic_output, which names them: a write
@@ -82,6 +90,83 @@ def cli_errors(command: F) -> F:
             raise fail(describe(error, label)) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+# The extra of pyproject.toml that brings each optional module (advbudget is installed
+# from a checkout: `pip install -e ".[data]"` and so on, in it).
+EXTRAS = {
+    "datasets": "data",
+    "pandas": "data",
+    "pyarrow": "data",
+    "math_verify": "rewards",
+    "transformers": "eval",
+    "accelerate": "eval",
+    "torch": "torch",
+    "matplotlib": "plot",
+}
+PACKAGES = {"math_verify": "math-verify"}  # where the import and the package names differ
+
+
+def missing_dependency(error: ImportError, needed_for: str = "") -> str:
+    """One line for a missing optional module: what to install, as an extra of the checkout
+    (``pip install -e ".[eval]"``); for math-verify also the grader that needs nothing."""
+    module = (error.name or "").split(".")[0]
+    if not module or module == "advbudget":  # a message of its own, or not a missing package
+        return str(error)
+    package = PACKAGES.get(module, module)
+    what = f"{needed_for} needs" if needed_for else "needs"
+    extra = EXTRAS.get(module)
+    if extra is None:
+        return f"{what} {package}, which is not installed: pip install {package}"
+    message = (
+        f"{what} {package}, which is not installed: in the advbudget checkout run "
+        f'pip install -e ".[{extra}]"'
+    )
+    if module == "math_verify":
+        message += " (or pass --grader dapo, which needs nothing more)"
+    return message
+
+
+_HUB_ERRORS = {
+    "OfflineModeIsEnabled",
+    "LocalEntryNotFoundError",
+    "ConnectError",
+    "ConnectTimeout",
+    "ConnectionError",
+    "ReadTimeout",
+}
+_HUB_PHRASES = ("couldn't connect to 'https://huggingface.co'", "couldn't reach '")
+
+
+def hub_unreachable(error: BaseException) -> bool:
+    """Whether ``error`` (or what caused it) says the Hugging Face Hub could not be
+    reached for files that are not in the local cache (offline mode, no network)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        names = {cls.__name__ for cls in type(current).__mro__}
+        text = str(current).lower()
+        if names & _HUB_ERRORS or any(phrase in text for phrase in _HUB_PHRASES):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def not_cached(kind: str, repo_id: str | None, local: str = "a local path") -> str:
+    """One line for a hub id (``kind`` "model" or "dataset") that is not in the local cache
+    while the Hub cannot be reached, with how to fix it."""
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in {"1", "true", "yes", "on"}
+    name = f"{kind} {repo_id}" if repo_id else kind
+    if kind == "model" and repo_id:
+        fetch = f"download it where the Hub can be reached (hf download {repo_id}), "
+    else:  # datasets keeps its own copy once a load has worked
+        fetch = "run this command once where the Hub can be reached, "
+    return (
+        f"{name} is not in the local Hugging Face cache and the Hub cannot be reached"
+        + (" (HF_HUB_OFFLINE is set: unset it if this machine has network)" if offline else "")
+        + f": {fetch}or pass {local}"
+    )
 
 
 def _silence_stdout() -> None:

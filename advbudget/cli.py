@@ -11,11 +11,20 @@ from rich.console import Console
 from rich.table import Table
 
 from . import theory
-from ._cli_errors import atomic_output, check_output_file, cli_errors
+from ._cli_errors import (
+    CommandError,
+    atomic_output,
+    check_output_file,
+    cli_errors,
+    missing_dependency,
+)
+from ._cli_tables import fit_width
 from .core import estimator_names, get_spec
 from .core._catalogue import all_names
 from .data._cli import app as data_app
 from .eval._cli import eval_command
+from .eval._compare import compare_command
+from .lm._cli import app as experiment_app
 from .sim._cli import simulate_command
 
 app = typer.Typer(
@@ -117,37 +126,41 @@ def explain(
     if plot is not None:
         _check_plot(plot)
     console = Console()
-    console.width = max(console.width, 100)  # the advantage table needs ~90 columns
     tables = {name: theory.binary_advantages(name, group_size) for name in names}
 
-    advantages = Table(
-        title=f"Advantage of a correct (+) and a wrong (-) rollout, k of G = {group_size} correct"
-    )
-    advantages.add_column("k", justify="right")
-    for name in names:
-        advantages.add_column(f"{name} +", justify="right")
-        advantages.add_column(f"{name} -", justify="right")
-    for k in range(group_size + 1):
-        cells = [str(k)]
-        for name in names:
-            correct, wrong = tables[name]
-            cells += [_cell(correct[k]), _cell(wrong[k])]
-        advantages.add_row(*cells)
-    console.print(advantages)
+    def advantage_table(chosen: list[str]) -> Table:
+        table = Table(
+            title=f"Advantages of a correct and a wrong rollout, k of G = {group_size} correct"
+        )
+        table.add_column("k", justify="right")
+        for name in chosen:  # one column per estimator: 4 of them fit 80 columns
+            table.add_column(f"{name}\ncorrect   wrong", justify="right")
+        for k in range(group_size + 1):
+            pairs = [f"{_cell(tables[n][0][k]):>7} {_cell(tables[n][1][k]):>7}" for n in chosen]
+            table.add_row(str(k), *pairs)
+        return table
 
     p = np.array(SLOPE_POINTS)
     slopes = {name: theory.implied_slope(name, group_size, p) for name in names}
-    slope_table = Table(title="Implied objective slope dJ/dp (exact, binary rewards)")
-    slope_table.add_column("p", justify="right")
-    for name in names:
-        slope_table.add_column(name, justify="right")
-    slope_table.add_column(f"f'_{group_size - 1}(p)", justify="right", style="dim")
     reference = theory.objective_slope(p, group_size)
-    for i, point in enumerate(SLOPE_POINTS):
-        slope_table.add_row(
-            f"{point:g}", *[f"{slopes[name][i]:.4f}" for name in names], f"{reference[i]:.4f}"
-        )
-    console.print(slope_table)
+
+    def slope_table(chosen: list[str]) -> Table:
+        table = Table(title="Implied objective slope dJ/dp (exact, binary rewards)")
+        table.add_column("p", justify="right")
+        for name in chosen:
+            table.add_column(name, justify="right")
+        table.add_column(f"f'_{group_size - 1}(p)", justify="right", style="dim")
+        for i, point in enumerate(SLOPE_POINTS):
+            table.add_row(
+                f"{point:g}", *[f"{slopes[n][i]:.4f}" for n in chosen], f"{reference[i]:.4f}"
+            )
+        return table
+
+    for table in [
+        *fit_width(console, names, advantage_table),
+        *fit_width(console, names, slope_table),
+    ]:
+        console.print(table)
     console.print(
         "Budgeting's slope is f'_{G-1}(p): strong on hard prompts (small p), weak on easy "
         "ones. Dr's is constant; GRPO's rises again as p -> 1."
@@ -166,10 +179,8 @@ def _check_plot(path: Path) -> None:
     check_output_file(path, "--plot")
     try:
         from matplotlib.backend_bases import FigureCanvasBase
-    except ImportError:
-        raise typer.BadParameter(
-            "needs matplotlib: pip install 'advbudget[plot]'", param_hint="--plot"
-        ) from None
+    except ImportError as error:
+        raise CommandError(missing_dependency(error, "--plot")) from None
     formats = FigureCanvasBase.get_supported_filetypes()
     if path.suffix.lstrip(".").lower() not in formats:
         raise typer.BadParameter(
@@ -189,10 +200,8 @@ def _plot(
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-    except ImportError:
-        raise typer.BadParameter(
-            "needs matplotlib: pip install 'advbudget[plot]'", param_hint="--plot"
-        ) from None
+    except ImportError as error:
+        raise CommandError(missing_dependency(error, "--plot")) from None
     k = np.arange(group_size + 1)
     p = np.linspace(0.005, 0.995, 199)
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained")
@@ -231,7 +240,9 @@ def _plot(
 
 app.add_typer(data_app, name="data", help="Prepare DAPO-Math-17K for verl, TRL and OpenRLHF.")
 app.command("eval")(eval_command)
+app.command("compare")(compare_command)
 app.command("simulate")(simulate_command)
+app.add_typer(experiment_app, name="experiment", help="Experiments on real trainers: lm.")
 
 
 def main() -> None:

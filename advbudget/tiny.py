@@ -9,8 +9,9 @@ point: the pipeline runs and the numbers are computed, the scores are ~0.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -49,7 +50,7 @@ def build_tiny_model(
     """
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+    from transformers import PreTrainedTokenizerFast, Qwen3ForCausalLM
 
     output = Path(output_dir)
     output.mkdir(parents=True, exist_ok=True)
@@ -72,19 +73,102 @@ def build_tiny_model(
     tokenizer.save_pretrained(output)
 
     torch.manual_seed(seed)
-    config = Qwen3Config(
+    config = tiny_qwen3_config(tokenizer, hidden_size=hidden_size, num_layers=num_layers)
+    Qwen3ForCausalLM(config).save_pretrained(output)
+    return output
+
+
+def tiny_qwen3_config(
+    tokenizer: Any,
+    *,
+    hidden_size: int = 32,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    max_positions: int = 2048,
+) -> Any:
+    """A small ``Qwen3Config`` for ``tokenizer`` (its vocabulary, eos and pad ids).
+
+    The MLP is twice the hidden size and the embeddings are tied, as in
+    :func:`build_tiny_model`.
+
+    Examples:
+        >>> from advbudget.tiny import tiny_qwen3_config, word_level_tokenizer
+        >>> tokenizer = word_level_tokenizer(list("0123456789+=?"), words=["Answer:"])
+        >>> config = tiny_qwen3_config(tokenizer, hidden_size=64)
+        >>> config.vocab_size, config.head_dim, config.intermediate_size
+        (17, 16, 128)
+    """
+    from transformers import Qwen3Config
+
+    if isinstance(hidden_size, bool) or not isinstance(hidden_size, int) or hidden_size < 1:
+        raise ValueError(f"hidden_size: expected an int >= 1, got {hidden_size!r}")
+    if hidden_size % num_heads:
+        raise ValueError(
+            f"hidden_size: expected a multiple of num_heads = {num_heads}, got {hidden_size}"
+        )
+    if num_heads % num_kv_heads:
+        raise ValueError(
+            f"num_kv_heads: expected a divisor of num_heads = {num_heads}, got {num_kv_heads}"
+        )
+    return Qwen3Config(
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,
         intermediate_size=2 * hidden_size,
         num_hidden_layers=num_layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=hidden_size // 4,
-        max_position_embeddings=2048,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads,
+        head_dim=hidden_size // num_heads,
+        max_position_embeddings=max_positions,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=None,
         tie_word_embeddings=True,
     )
-    Qwen3ForCausalLM(config).save_pretrained(output)
-    return output
+
+
+def word_level_tokenizer(symbols: Sequence[str], *, words: Sequence[str] = ()) -> Any:
+    """A tokenizer whose tokens are ``words`` and single characters of ``symbols``.
+
+    For tasks with a small alphabet (digits, operators): each listed word is one token,
+    every other character one token, and decoding concatenates them. The special tokens
+    are Qwen's (eos ``<|im_end|>``, pad ``<|endoftext|>``), with its chat template.
+
+    Args:
+        symbols: the task's characters (each a one-character str).
+        words: multi-character tokens, matched before single characters (``"Answer:"``).
+
+    A character outside the alphabet encodes as the pad token (``<|endoftext|>``).
+
+    Raises:
+        ValueError: a symbol is not one character.
+
+    Examples:
+        >>> from advbudget.tiny import word_level_tokenizer
+        >>> tokenizer = word_level_tokenizer(list("0123456789+=? "), words=["Answer:"])
+        >>> ids = tokenizer("Answer: 46")["input_ids"]
+        >>> len(ids), tokenizer.decode(ids)
+        (4, 'Answer: 46')
+    """
+    import re
+
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    bad = [s for s in symbols if not isinstance(s, str) or len(s) != 1]
+    if bad:
+        raise ValueError(f"symbols: expected one-character strings, got {bad[:5]!r}")
+    vocab: dict[str, int] = {}
+    for token in (*SPECIAL_TOKENS, *words, *symbols):
+        vocab.setdefault(token, len(vocab))
+    # Longest words first, so "Answer:" is not split by a shorter word it starts with.
+    alternatives = [re.escape(w) for w in sorted(words, key=len, reverse=True)] + ["."]
+    model = Tokenizer(models.WordLevel(vocab=vocab, unk_token=SPECIAL_TOKENS[0]))
+    model.pre_tokenizer = pre_tokenizers.Split(Regex("|".join(alternatives)), behavior="isolated")
+    model.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=model,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        chat_template=CHAT_TEMPLATE,
+    )

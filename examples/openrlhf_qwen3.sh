@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
-# Qwen3-8B on DAPO-Math-17K with OpenRLHF 0.11.2: reward budgeting on top of a baseline.
+# The paper's baselines on DAPO-Math-17K with OpenRLHF 0.11.2, with and without budgeting.
 #
-#   bash examples/openrlhf_qwen3.sh                           # budget, GRPO (group_norm) settings
-#   BASELINE=dr_grpo bash examples/openrlhf_qwen3.sh          # budget, Dr.GRPO settings
-#   BUDGET=0 BASELINE=group_norm|dr_grpo bash examples/openrlhf_qwen3.sh   # the plain baseline
+#   bash examples/openrlhf_qwen3.sh                           # GRPO + budgeting on Qwen3-8B
+#   BASELINE=grpo|dr_grpo|gspo|dapo [BUDGET=0|1] bash examples/openrlhf_qwen3.sh
+#   MODEL=llama3.2-3b bash examples/openrlhf_qwen3.sh         # Llama-3.2-3B-Instruct (pass@8)
 #   ESTIMATOR=group_norm BUDGET=0 bash examples/openrlhf_qwen3.sh  # OpenRLHF's own code path
-#   bash examples/openrlhf_qwen3.sh --parse-only   # parse every flag with OpenRLHF's parser (CPU)
+#   bash examples/openrlhf_qwen3.sh --parse-only   # every flag through OpenRLHF's parser (CPU)
 #   bash examples/openrlhf_qwen3.sh --print        # print the training command
+#
+# The protocol (examples/README.md, the same in the verl and TRL examples): 8 samples per
+# prompt, 32 prompts per rollout batch, 8192 response tokens, the chat template's default
+# (Qwen3: thinking on; OpenRLHF cannot pass enable_thinking), DAPO's ±1 reward, validation
+# on 512 held-out DAPO problems every 50 steps, then `advbudget eval` (AMC23, AIME24, AIME25,
+# MATH500; 8 samples at 0.7: avg@8 and pass@8) on the final model. DAPO + ClipCov / KLCov
+# are verl policy losses that OpenRLHF does not have (examples/verl_qwen3.sh runs them).
 #
 # Budgeting replaces only how rewards become group advantages (--algo.advantage.estimator
 # reward_budget, through `python -m advbudget.adapters.openrlhf`, which patches OpenRLHF's
@@ -14,10 +21,10 @@
 # clipping, length penalties and returns stay OpenRLHF's. The baseline (BUDGET=0) runs our
 # mirror of OpenRLHF's estimator (advbudget_group_norm / advbudget_dr_grpo: the same
 # advantages, tested) so that both runs log the same train/advbudget_* metrics and κ_eff
-# (every KAPPA_EVERY steps). 8 samples per prompt, 32 prompts per rollout batch, vLLM hybrid
-# engine (colocated, sleep mode), Ray job submit, then `advbudget eval` on the final model.
-# Extra arguments go to OpenRLHF. Every flag parses with OpenRLHF 0.11.2's parser (tested on
-# CPU); the full run needs GPUs and has not been run by the advbudget tests.
+# (every KAPPA_EVERY steps). Logs: TensorBoard in $CKPT_DIR/tensorboard, and wandb when
+# WANDB_API_KEY is set. vLLM hybrid engine (colocated, sleep mode), Ray job submit. Extra
+# arguments go to OpenRLHF. Every flag parses with OpenRLHF 0.11.2's parser (tested on a
+# CPU without vLLM); the full run needs GPUs and has not been run by the advbudget tests.
 set -euo pipefail
 
 MODE=train
@@ -31,36 +38,78 @@ for arg in "$@"; do
 done
 
 PYTHON=${PYTHON:-python3}
-BASELINE=${BASELINE:-group_norm}   # group_norm (GRPO) | dr_grpo
-BUDGET=${BUDGET:-1}                # 1: reward budgeting; 0: OpenRLHF's own estimator
+BASELINE=${BASELINE:-grpo}         # grpo (OpenRLHF's group_norm) | dr_grpo | gspo | dapo
+BUDGET=${BUDGET:-1}                # 1: reward budgeting; 0: the baseline's own advantages
 BUDGET_TOTAL=${BUDGET_TOTAL:-1.0}
 KAPPA_EVERY=${KAPPA_EVERY:-10}     # κ_eff every N steps (one extra actor forward); 0: off
-MODEL=${MODEL:-Qwen/Qwen3-8B}
+MODEL=${MODEL:-qwen3-8b}           # qwen3-8b | llama3.2-3b | a path or hub id
 DATA_DIR=${DATA_DIR:-$HOME/data/advbudget}
 NGPUS=${NGPUS:-8}
 NNODES=${NNODES:-1}
 VLLM_TP=${VLLM_TP:-2}
 MAX_RESPONSE=${MAX_RESPONSE:-8192}
+TOTAL_STEPS=${TOTAL_STEPS:-500}
 RAY_ADDRESS=${RAY_ADDRESS:-http://127.0.0.1:8265}
-CKPT_DIR=${CKPT_DIR:-$HOME/checkpoints/advbudget/openrlhf_qwen3_8b_${BASELINE}_budget${BUDGET}}
 HOOK=advbudget.adapters.openrlhf.install
 REWARD_FILE=$("$PYTHON" -c 'import advbudget.rewards.openrlhf as m; print(m.__file__)' 2>/dev/null ||
   echo "$(cd "$(dirname "$0")/.." && pwd)/advbudget/rewards/openrlhf.py")
 
-case "$BASELINE" in
-  group_norm) KL=(--algo.kl.use_loss --algo.kl.init_coef 1e-3 --algo.kl.estimator k3) ;;
-  dr_grpo) KL=(--algo.kl.init_coef 0) ;;
-  *) echo "BASELINE: expected group_norm or dr_grpo, got '$BASELINE'" >&2; exit 2 ;;
+# The paper's models, and what it reports for each.
+case "$MODEL" in
+  qwen3-8b) MODEL_PATH=Qwen/Qwen3-8B; MODEL_TAG=qwen3-8b; REPORT=avg@8 ;;
+  llama3.2-3b) MODEL_PATH=meta-llama/Llama-3.2-3B-Instruct; MODEL_TAG=llama3.2-3b; REPORT=pass@8 ;;
+  *) MODEL_PATH=$MODEL; MODEL_TAG=$(basename "$MODEL"); REPORT=avg@8 ;;
 esac
-if [ "$BUDGET" = 1 ]; then DEFAULT_ESTIMATOR=reward_budget; else DEFAULT_ESTIMATOR="advbudget_$BASELINE"; fi
+
+# The baselines in OpenRLHF's terms (no KL unless set; OpenRLHF has no Dr.GRPO loss
+# aggregation, so Dr.GRPO keeps token-mean and only its advantages change).
+KL=(--algo.kl.init_coef 0); AGG=token-mean; CLIP=(0.2 0.2); POLICY_LOSS=ppo; DAPO=()
+case "$BASELINE" in
+  grpo|group_norm) BASELINE=grpo; BASE_ESTIMATOR=group_norm; AGG=seq-mean-token-mean
+    KL=(--algo.kl.use_loss --algo.kl.init_coef 1e-3 --algo.kl.estimator k3) ;;
+  dr_grpo) BASE_ESTIMATOR=dr_grpo ;;
+  gspo) BASE_ESTIMATOR=group_norm; POLICY_LOSS=gspo; AGG=seq-mean-token-mean; CLIP=(0.0003 0.0004) ;;
+  dapo) BASE_ESTIMATOR=group_norm; CLIP=(0.2 0.28)
+    DAPO=(--algo.dynamic_filtering_enable --algo.dynamic_filtering_range 0 1
+          --reward.overlong_buffer_len 4096 --reward.overlong_penalty_factor 1.0) ;;
+  dapo_clipcov|dapo_klcov)
+    echo "BASELINE: $BASELINE needs verl's ${BASELINE#dapo_} policy loss, which OpenRLHF does" \
+      "not have; run it with examples/verl_qwen3.sh (OpenRLHF runs grpo, dr_grpo, gspo, dapo)" >&2
+    exit 2 ;;
+  *) echo "BASELINE: expected grpo, dr_grpo, gspo or dapo, got '$BASELINE'" >&2; exit 2 ;;
+esac
+case "$BUDGET" in
+  1) DEFAULT_ESTIMATOR=reward_budget ;;
+  0) DEFAULT_ESTIMATOR="advbudget_$BASE_ESTIMATOR" ;;
+  *) echo "BUDGET: expected 1 or 0, got '$BUDGET'" >&2; exit 2 ;;
+esac
 ESTIMATOR=${ESTIMATOR:-$DEFAULT_ESTIMATOR}
+# The estimator's advbudget name in the run's name (as in the verl and TRL examples).
+case "$ESTIMATOR" in
+  reward_budget) ESTIMATOR_TAG=budget
+    [ "$BUDGET_TOTAL" = 1.0 ] || [ "$BUDGET_TOTAL" = 1 ] || ESTIMATOR_TAG=budget$BUDGET_TOTAL ;;
+  advbudget_group_norm) ESTIMATOR_TAG=grpo ;;
+  advbudget_dr_grpo) ESTIMATOR_TAG=dr ;;
+  *) ESTIMATOR_TAG=$ESTIMATOR ;;
+esac
+# One folder per model, baseline and estimator: runs never overwrite each other.
+RUN_NAME=${RUN_NAME:-${MODEL_TAG}_${BASELINE}_${ESTIMATOR_TAG}}
+CKPT_DIR=${CKPT_DIR:-$HOME/checkpoints/advbudget/openrlhf/$RUN_NAME}
+
+# Logs: TensorBoard always; wandb as well when a key is set (masked in --print).
+LOGGER=(--logger.tensorboard_dir "$CKPT_DIR/tensorboard" --logger.wandb.run_name "$RUN_NAME")
+if [ -n "${WANDB_API_KEY:-}" ]; then
+  WANDB_KEY=$WANDB_API_KEY
+  [ "$MODE" = print ] && WANDB_KEY='<WANDB_API_KEY>'
+  LOGGER+=(--logger.wandb.key "$WANDB_KEY" --logger.wandb.project advbudget)
+fi
 
 FLAGS=(
   --algo.advantage.estimator "$ESTIMATOR"
   --advbudget.budget "$BUDGET_TOTAL"
   --advbudget.kappa_every "$KAPPA_EVERY"
   "${KL[@]}"
-  --actor.model_name_or_path "$MODEL"
+  --actor.model_name_or_path "$MODEL_PATH"
   --actor.num_nodes "$NNODES"
   --actor.num_gpus_per_node "$NGPUS"
   --ref.num_nodes "$NNODES"
@@ -77,6 +126,7 @@ FLAGS=(
   --actor.gradient_checkpointing_enable
   --reward.remote_url "$REWARD_FILE"
   --data.prompt_dataset "$DATA_DIR/dapo/openrlhf/train.jsonl"
+  --data.max_samples $((TOTAL_STEPS * 32))
   --data.input_key prompt
   --data.label_key label
   --data.apply_chat_template
@@ -91,15 +141,20 @@ FLAGS=(
   --train.max_epochs 1
   --train.num_episodes 1
   --actor.adam.lr 1e-6
-  --actor.eps_clip_low_high 0.2 0.28
-  --eval.dataset "$DATA_DIR/aime24/openrlhf/train.jsonl"
+  --actor.eps_clip_low_high "${CLIP[@]}"
+  --actor.policy_loss_type "$POLICY_LOSS"
+  --actor.loss_agg_mode "$AGG"
+  --actor.entropy_coef 0
+  --eval.dataset "$DATA_DIR/dapo/openrlhf/val.jsonl"
   --eval.n_samples_per_prompt 8
   --eval.temperature 0.7
-  --eval.steps 10
+  --eval.steps 50
   --ckpt.save_steps 50
   --ckpt.path "$CKPT_DIR/ckpt"
   --ckpt.output_dir "$CKPT_DIR/final"
   --logger.logging_steps 1
+  "${LOGGER[@]}"
+  "${DAPO[@]+"${DAPO[@]}"}"
   "${ARGS[@]+"${ARGS[@]}"}"
 )
 
@@ -112,19 +167,19 @@ case "$MODE" in
     echo; exit 0 ;;
 esac
 
-# 1. Data: DAPO-Math-17K (deduplicated) and AIME24 in OpenRLHF's JSON-lines layout.
-[ -f "$DATA_DIR/dapo/openrlhf/train.jsonl" ] ||
-  advbudget data prepare --format openrlhf --output-dir "$DATA_DIR/dapo"
-[ -f "$DATA_DIR/aime24/openrlhf/train.jsonl" ] ||
-  advbudget data prepare --format openrlhf --source HuggingFaceH4/aime_2024 --no-shuffle \
-    --output-dir "$DATA_DIR/aime24"
+# 1. Data: DAPO-Math-17K (deduplicated), 512 problems held out for validation, in
+# OpenRLHF's JSON-lines layout (the same split as the verl and TRL examples: the same seed).
+[ -f "$DATA_DIR/dapo/openrlhf/val.jsonl" ] ||
+  advbudget data prepare --format openrlhf --val-size 512 --output-dir "$DATA_DIR/dapo"
 
 # 2. Train (Ray cluster: `ray start --head --num-gpus $NGPUS` first).
 ray job submit --address="$RAY_ADDRESS" \
   --runtime-env-json="{\"worker_process_setup_hook\": \"$HOOK\"}" \
   -- "$PYTHON" -m advbudget.adapters.openrlhf "${FLAGS[@]}"
 
-# 3. Evaluate the final model as the paper does: avg@8.
-advbudget eval --model "$CKPT_DIR/final" --benchmarks amc23,aime24,aime25,math500 --n 8 \
+# 3. Evaluate the final model as the paper does: avg@8 and pass@8.
+advbudget eval --model "$CKPT_DIR/final" --benchmarks amc23,aime24,aime25,math500 --n 8 --k 8 \
   --temperature 0.7 --max-new-tokens "$MAX_RESPONSE" --backend vllm \
   --tensor-parallel-size "$VLLM_TP" --output-dir "$CKPT_DIR/eval"
+echo "Scores in $CKPT_DIR/eval/scores.json (the paper reports $REPORT for $MODEL_TAG);" \
+  "compare runs: advbudget compare $CKPT_DIR ..."

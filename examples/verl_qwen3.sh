@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
-# Qwen3-8B on DAPO-Math-17K with verl 0.9.1: reward budgeting on top of a baseline recipe.
+# The paper's baselines on DAPO-Math-17K with verl 0.9.1, with and without reward budgeting.
 #
-#   bash examples/verl_qwen3.sh                      # GRPO + budgeting (the paper's main run)
+#   bash examples/verl_qwen3.sh                      # GRPO + budgeting on Qwen3-8B
 #   BASELINE=dr_grpo BUDGET=0 bash examples/verl_qwen3.sh   # plain Dr.GRPO
-#   BASELINE=dapo|gspo [BUDGET=0|1] bash examples/verl_qwen3.sh
+#   BASELINE=grpo|dr_grpo|gspo|dapo|dapo_clipcov|dapo_klcov [BUDGET=0|1] bash examples/verl_qwen3.sh
+#   MODEL=llama3.2-3b bash examples/verl_qwen3.sh    # Llama-3.2-3B-Instruct (the paper: pass@8)
 #   bash examples/verl_qwen3.sh --dry-run            # compose + validate the config, CPU only
 #   bash examples/verl_qwen3.sh --print              # print the training command
 #
-# Budgeting replaces only the advantage step (algorithm.adv_estimator=reward_budget); each
-# baseline keeps its own loss aggregation, clipping, KL and filtering (the paper's protocol: docs/reproducing.md).
-# 8 rollouts per prompt, 32 prompts per update, vLLM rollout, validation on AIME24 (avg@8
-# at temperature 0.7), metrics (advbudget/*, κ_eff) through trainer.v1.trainer_mode=advbudget_sync,
-# then `advbudget eval` on the last checkpoint. Extra arguments are passed to verl as
-# hydra overrides. Needs advbudget installed where verl runs (the verl.plugins entry point
-# registers the estimators); VERL_USE_EXTERNAL_MODULES is set too, for older installs.
+# The protocol (examples/README.md, the same in the TRL and OpenRLHF examples): 8 rollouts
+# per prompt, 32 prompts per update, 8192 response tokens, the chat template's default
+# (Qwen3: thinking on), DAPO's ±1 reward, validation on 512 held-out DAPO problems every 50
+# steps, then `advbudget eval` (AMC23, AIME24, AIME25, MATH500; 8 samples at 0.7: avg@8 and
+# pass@8) on the checkpoint verl finished with. Budgeting replaces only the advantage step
+# (algorithm.adv_estimator=reward_budget); each baseline keeps its loss aggregation,
+# clipping, KL and filtering. Metrics (advbudget/*, κ_eff) through
+# trainer.v1.trainer_mode=advbudget_sync, logged to the console and wandb. Extra arguments
+# are passed to verl as hydra overrides. Needs advbudget installed where verl runs (the
+# verl.plugins entry point registers the estimators); VERL_USE_EXTERNAL_MODULES is set too.
 set -euo pipefail
 
 MODE=train
@@ -27,40 +31,64 @@ for arg in "$@"; do
 done
 
 PYTHON=${PYTHON:-python3}
-BASELINE=${BASELINE:-grpo}      # grpo | dr_grpo | dapo | gspo
+BASELINE=${BASELINE:-grpo}      # grpo | dr_grpo | gspo | dapo | dapo_clipcov | dapo_klcov
 BUDGET=${BUDGET:-1}             # 1: reward budgeting on top of the baseline; 0: the baseline
 BUDGET_TOTAL=${BUDGET_TOTAL:-1.0}
 KAPPA_EVERY=${KAPPA_EVERY:-10}  # κ_eff every N steps (one extra log-prob pass); 0: off
-MODEL=${MODEL:-Qwen/Qwen3-8B}
+MODEL=${MODEL:-qwen3-8b}        # qwen3-8b | llama3.2-3b | a path or hub id
 DATA_DIR=${DATA_DIR:-$HOME/data/advbudget}
 NGPUS=${NGPUS:-8}
 NNODES=${NNODES:-1}
 ROLLOUT_TP=${ROLLOUT_TP:-2}
 MAX_RESPONSE=${MAX_RESPONSE:-8192}
 TOTAL_STEPS=${TOTAL_STEPS:-500}
-CKPT_DIR=${CKPT_DIR:-$HOME/checkpoints/advbudget/qwen3_8b_${BASELINE}_budget${BUDGET}}
+
+# The paper's models, and what it reports for each.
+case "$MODEL" in
+  qwen3-8b) MODEL_PATH=Qwen/Qwen3-8B; MODEL_TAG=qwen3-8b; REPORT=avg@8 ;;
+  llama3.2-3b) MODEL_PATH=meta-llama/Llama-3.2-3B-Instruct; MODEL_TAG=llama3.2-3b; REPORT=pass@8 ;;
+  *) MODEL_PATH=$MODEL; MODEL_TAG=$(basename "$MODEL"); REPORT=avg@8 ;;
+esac
 
 # The baselines, as verl's recipes and the papers set them.
-USE_KL=True; AGG=token-mean; CLIP_HIGH=0.2; LOSS_MODE=vanilla; NORM=True; REWARD_MANAGER=naive
+USE_KL=False; AGG=token-mean; CLIP_LOW=0.2; CLIP_HIGH=0.2; LOSS_MODE=vanilla; NORM=True
+REWARD_MANAGER=naive
 EXTRA=()
+DAPO=(algorithm.filter_groups.enable=True algorithm.filter_groups.metric=acc
+      algorithm.filter_groups.max_num_gen_batches=10
+      +reward.reward_kwargs.overlong_buffer_cfg.enable=True
+      +reward.reward_kwargs.overlong_buffer_cfg.len=4096
+      +reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0
+      +reward.reward_kwargs.overlong_buffer_cfg.log=False
+      +reward.reward_kwargs.max_resp_len="$MAX_RESPONSE")
 case "$BASELINE" in
-  grpo) ;;
-  dr_grpo) NORM=False; AGG=seq-mean-token-sum-norm; USE_KL=False ;;
-  dapo)
-    USE_KL=False; CLIP_HIGH=0.28; REWARD_MANAGER=dapo
-    EXTRA+=(algorithm.filter_groups.enable=True algorithm.filter_groups.metric=acc
-            algorithm.filter_groups.max_num_gen_batches=10
-            +reward.reward_kwargs.overlong_buffer_cfg.enable=True
-            +reward.reward_kwargs.overlong_buffer_cfg.len=4096
-            +reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0
-            +reward.reward_kwargs.overlong_buffer_cfg.log=False
-            +reward.reward_kwargs.max_resp_len="$MAX_RESPONSE") ;;
-  gspo) USE_KL=False; LOSS_MODE=gspo; AGG=seq-mean-token-mean
-        EXTRA+=(actor_rollout_ref.actor.clip_ratio_low=0.0003) ; CLIP_HIGH=0.0004 ;;
-  *) echo "BASELINE: expected grpo, dr_grpo, dapo or gspo, got '$BASELINE'" >&2; exit 2 ;;
+  grpo) USE_KL=True; AGG=seq-mean-token-mean ;;
+  dr_grpo) NORM=False; AGG=seq-mean-token-sum-norm ;;
+  gspo) LOSS_MODE=gspo; AGG=seq-mean-token-mean; CLIP_LOW=0.0003; CLIP_HIGH=0.0004 ;;
+  dapo|dapo_clipcov|dapo_klcov)
+    CLIP_HIGH=0.28; REWARD_MANAGER=dapo; EXTRA+=("${DAPO[@]}")
+    # ClipCov / KLCov (verl's clip_cov and kl_cov policy losses, verl's default ratios).
+    case "$BASELINE" in
+      dapo_clipcov) LOSS_MODE=clip_cov
+        EXTRA+=(actor_rollout_ref.actor.policy_loss.clip_cov_ratio=0.0002
+                actor_rollout_ref.actor.policy_loss.clip_cov_lb=1.0
+                actor_rollout_ref.actor.policy_loss.clip_cov_ub=5.0) ;;
+      dapo_klcov) LOSS_MODE=kl_cov
+        EXTRA+=(actor_rollout_ref.actor.policy_loss.kl_cov_ratio=0.0002
+                actor_rollout_ref.actor.policy_loss.ppo_kl_coef=0.1) ;;
+    esac ;;
+  *) echo "BASELINE: expected grpo, dr_grpo, gspo, dapo, dapo_clipcov or dapo_klcov, got '$BASELINE'" >&2
+     exit 2 ;;
 esac
-if [ "$BUDGET" = 1 ]; then ESTIMATOR=reward_budget; else ESTIMATOR=grpo; fi
-if [ "$BASELINE" != gspo ]; then EXTRA+=(actor_rollout_ref.actor.clip_ratio_low=0.2); fi
+case "$BUDGET" in
+  1) ESTIMATOR=reward_budget; ESTIMATOR_TAG=budget
+     [ "$BUDGET_TOTAL" = 1.0 ] || [ "$BUDGET_TOTAL" = 1 ] || ESTIMATOR_TAG=budget$BUDGET_TOTAL ;;
+  0) ESTIMATOR=grpo; ESTIMATOR_TAG=grpo; [ "$NORM" = True ] || ESTIMATOR_TAG=dr ;;
+  *) echo "BUDGET: expected 1 or 0, got '$BUDGET'" >&2; exit 2 ;;
+esac
+# One folder per model, baseline and estimator: runs never overwrite each other.
+RUN_NAME=${RUN_NAME:-${MODEL_TAG}_${BASELINE}_${ESTIMATOR_TAG}}
+CKPT_DIR=${CKPT_DIR:-$HOME/checkpoints/advbudget/verl/$RUN_NAME}
 
 OVERRIDES=(
   algorithm.adv_estimator="$ESTIMATOR"
@@ -69,14 +97,14 @@ OVERRIDES=(
   +algorithm.advbudget.kappa_every="$KAPPA_EVERY"
   algorithm.use_kl_in_reward=False
   data.train_files="$DATA_DIR/dapo/verl/train.parquet"
-  data.val_files="$DATA_DIR/aime24/verl/train.parquet"
+  data.val_files="$DATA_DIR/dapo/verl/val.parquet"
   data.prompt_key=prompt
   data.train_batch_size=32
   data.max_prompt_length=1024
   data.max_response_length="$MAX_RESPONSE"
   data.filter_overlong_prompts=True
   data.truncation=error
-  actor_rollout_ref.model.path="$MODEL"
+  actor_rollout_ref.model.path="$MODEL_PATH"
   actor_rollout_ref.model.use_remove_padding=True
   actor_rollout_ref.model.enable_gradient_checkpointing=True
   actor_rollout_ref.actor.optim.lr=1e-6
@@ -88,12 +116,14 @@ OVERRIDES=(
   actor_rollout_ref.actor.kl_loss_type=low_var_kl
   actor_rollout_ref.actor.entropy_coeff=0
   actor_rollout_ref.actor.loss_agg_mode="$AGG"
+  actor_rollout_ref.actor.clip_ratio_low="$CLIP_LOW"
   actor_rollout_ref.actor.clip_ratio_high="$CLIP_HIGH"
   actor_rollout_ref.actor.policy_loss.loss_mode="$LOSS_MODE"
   actor_rollout_ref.actor.fsdp_config.param_offload=False
   actor_rollout_ref.actor.fsdp_config.optimizer_offload=False
   actor_rollout_ref.rollout.name=vllm
   actor_rollout_ref.rollout.n=8
+  actor_rollout_ref.rollout.temperature=1.0
   actor_rollout_ref.rollout.tensor_model_parallel_size="$ROLLOUT_TP"
   actor_rollout_ref.rollout.gpu_memory_utilization=0.6
   actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=True
@@ -108,11 +138,11 @@ OVERRIDES=(
   trainer.v1.trainer_mode=advbudget_sync
   trainer.logger='["console","wandb"]'
   trainer.project_name=advbudget
-  trainer.experiment_name="qwen3_8b_${BASELINE}_budget${BUDGET}"
+  trainer.experiment_name="$RUN_NAME"
   trainer.n_gpus_per_node="$NGPUS"
   trainer.nnodes="$NNODES"
   trainer.val_before_train=True
-  trainer.test_freq=10
+  trainer.test_freq=50
   trainer.save_freq=50
   trainer.total_training_steps="$TOTAL_STEPS"
   trainer.default_local_dir="$CKPT_DIR"
@@ -126,22 +156,22 @@ case "$MODE" in
   print) printf '%q ' "$PYTHON" -m verl.trainer.main_ppo "${OVERRIDES[@]}"; echo; exit 0 ;;
 esac
 
-# 1. Data: DAPO-Math-17K (deduplicated) and AIME24, in verl's parquet layout.
-[ -f "$DATA_DIR/dapo/verl/train.parquet" ] ||
-  advbudget data prepare --format verl --output-dir "$DATA_DIR/dapo"
-[ -f "$DATA_DIR/aime24/verl/train.parquet" ] ||
-  advbudget data prepare --format verl --source HuggingFaceH4/aime_2024 --no-shuffle \
-    --output-dir "$DATA_DIR/aime24"
+# 1. Data: DAPO-Math-17K (deduplicated), 512 problems held out for validation, in verl's
+# parquet layout (the same split as the TRL and OpenRLHF examples: the same seed).
+[ -f "$DATA_DIR/dapo/verl/val.parquet" ] ||
+  advbudget data prepare --format verl --val-size 512 --output-dir "$DATA_DIR/dapo"
 
 # 2. Train.
 export VERL_USE_EXTERNAL_MODULES=advbudget.adapters.verl
 "$PYTHON" -m verl.trainer.main_ppo "${OVERRIDES[@]}"
 
-# 3. Evaluate the last checkpoint (merged to Hugging Face format) as the paper does: avg@8.
-# (the step verl recorded in latest_checkpointed_iteration.txt, else the largest N)
+# 3. Evaluate the checkpoint verl finished with (latest_checkpointed_iteration.txt, else
+# the largest N), merged to Hugging Face format, as the paper does: avg@8 and pass@8.
 STEP_DIR=$("$PYTHON" -m advbudget.adapters.verl.checkpoints "$CKPT_DIR")
 "$PYTHON" -m verl.model_merger merge --backend fsdp --local_dir "$STEP_DIR/actor" \
   --target_dir "$STEP_DIR/hf"
-advbudget eval --model "$STEP_DIR/hf" --benchmarks amc23,aime24,aime25,math500 --n 8 \
-  --temperature 0.7 --max-new-tokens 8192 --backend vllm --tensor-parallel-size "$ROLLOUT_TP" \
-  --output-dir "$CKPT_DIR/eval"
+advbudget eval --model "$STEP_DIR/hf" --benchmarks amc23,aime24,aime25,math500 --n 8 --k 8 \
+  --temperature 0.7 --max-new-tokens "$MAX_RESPONSE" --backend vllm \
+  --tensor-parallel-size "$ROLLOUT_TP" --output-dir "$CKPT_DIR/eval"
+echo "Scores in $CKPT_DIR/eval/scores.json (the paper reports $REPORT for $MODEL_TAG);" \
+  "compare runs: advbudget compare $CKPT_DIR ..."

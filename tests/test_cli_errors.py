@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -415,3 +416,189 @@ def test_estimators_to_a_full_disk(args):
     assert process.stderr.strip().splitlines() == [
         "error: standard output: No space left on device"
     ]
+
+
+# tables fit an 80-column terminal ---------------------------------------------------------
+
+
+def narrow(*args: str):
+    """The command's output in an 80-column terminal (rich reads COLUMNS)."""
+    result = CliRunner().invoke(app, list(args), env={"COLUMNS": "80"})
+    assert result.exit_code == 0, (result.output, result.exception)
+    return result.stdout
+
+
+def assert_fits(output: str, *intact: str, exempt: tuple[str, ...] = ()) -> None:
+    """Every line is at most 80 characters (bar ``exempt`` prefixes: commands printed to be
+    copied whole, which the terminal soft-wraps), and each of ``intact`` appears in one
+    line, unbroken (a cell squeezed until its text wraps breaks it)."""
+    lines = output.splitlines()
+    long = [line for line in lines if len(line) > 80 and not line.startswith(exempt)]
+    assert not long, long
+    for text in intact:
+        assert any(text in line for line in lines), (text, output)
+
+
+def test_explain_tables_fit_80_columns():
+    from advbudget import theory
+
+    output = narrow("explain")  # make demo's first output
+    cells = []
+    for name in ("budget", "grpo", "dr", "rloo"):
+        correct, wrong = theory.binary_advantages(name, 8)
+        cells += [f"{correct[k]:+.4f} {wrong[k]:+.4f}" for k in range(1, 8)]
+    assert_fits(output, *cells, "budget", "rloo", "f'_7(p)")
+    assert output.count("Advantages of a correct") == 1  # the four estimators in one table
+    # Many estimators: split into more tables, each still fitting, no number broken.
+    names = ["budget", "grpo", "dr", "rloo", "gpg", "grpo_passk", "rloo_normalized"]
+    output = narrow("explain", "--estimators", ",".join(names), "-G", "16")
+    slopes = theory.implied_slope("rloo_normalized", 16, np.array([0.01, 0.99]))
+    assert_fits(output, *names, *[f"{s:.4f}" for s in slopes], "+0.9375 -0.0625")
+    assert output.count("Advantages of a correct") == 2
+
+
+def test_data_prepare_tables_fit_80_columns(tmp_path):
+    from advbudget.data._samples import sample_path
+
+    out = tmp_path / "prepared"
+    output = narrow("data", "prepare", "--sample", "-o", str(out), "--val-size", "8")
+    # Paths are whole lines, not folded cells: those lines and the trainers' command lines
+    # are printed whole (one line each, to copy) and may pass 80 columns, no other line.
+    assert_fits(
+        output,
+        f"Prepared data from {sample_path('dapo')}",
+        f"Files written in {out}",
+        "openrlhf/train.jsonl",
+        "dropped repeats with a different answer",
+        exempt=("verl: ", "trl: ", "openrlhf: ", "Prepared data from ", "Files written in "),
+    )
+    commands = [line for line in output.splitlines() if line.startswith(("verl:", "openrlhf:"))]
+    assert len(commands) == 2
+    assert all(str(out) in line for line in commands)
+
+
+def test_eval_table_fits_80_columns(tmp_path):
+    generations = tmp_path / "generations.jsonl"
+    samples = ["Answer: 4"] * 3 + ["Answer: 5"] * 5
+    rows = [{"benchmark": b, "answer": "4", "samples": samples} for b in ("aime24", "math500")]
+    generations.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    ks = [arg for k in range(1, 9) for arg in ("--k", str(k))]
+    output = narrow("eval", "--score-only", str(generations), "--grader", "dapo",
+                    "--output-dir", str(tmp_path / "out"), *ks)  # fmt: skip
+    assert_fits(output, *[f"pass@{k}" for k in range(1, 9)], "37.50", "100.00", "average")
+
+
+# one line, not a traceback, for what a user can fix ------------------------------------------
+
+
+def test_explain_bad_plot_suffix_is_refused_before_any_work(tmp_path, monkeypatch):
+    def never(*args, **kwargs):
+        raise AssertionError("computed the tables before checking --plot")
+
+    monkeypatch.setattr("advbudget.theory.binary_advantages", never)
+    result = invoke("explain", "--plot", str(tmp_path / "slopes.pngg"))
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert isinstance(result.exception, SystemExit)
+    # rich wraps the message in a box, anywhere in a long path: compare without spaces.
+    text = "".join(result.output.replace("│", " ").split())
+    for fragment in ("Invalid value for --plot", "slopes.pngg", "'png'", "'svg'"):
+        assert fragment.replace(" ", "") in text, (fragment, text)
+    assert tree(tmp_path) == []
+
+
+def test_a_missing_grader_is_found_before_the_model_is_loaded(tmp_path, monkeypatch, bench):
+    monkeypatch.setitem(sys.modules, "math_verify", None)  # as if not installed
+
+    def never(*args, **kwargs):
+        raise AssertionError("loaded the model before finding the grader missing")
+
+    monkeypatch.setattr("advbudget.eval._run.make_generator", never)
+    result = invoke("eval", "--model", "m", "--benchmarks", str(bench),
+                    "--output-dir", str(tmp_path / "out"))  # fmt: skip
+    one_error_line(result, 1, "--grader math_verify needs math-verify, which is not installed",
+                   'pip install -e ".[rewards]"', "--grader dapo")  # fmt: skip
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("module", "args", "code", "expected"),
+    [
+        ("transformers", ("--backend", "transformers"), 2, "needs transformers"),
+        ("datasets", ("data",), 1, "advbudget data prepare needs datasets"),
+        ("matplotlib", ("explain",), 1, "--plot needs matplotlib"),
+    ],
+)
+def test_missing_optional_dependencies_name_the_extra(
+    tmp_path, monkeypatch, bench, module, args, code, expected
+):
+    monkeypatch.setitem(sys.modules, module, None)  # as if not installed
+    if module == "matplotlib":
+        monkeypatch.setitem(sys.modules, "matplotlib.backend_bases", None)
+        result = invoke("explain", "--plot", str(tmp_path / "slopes.png"))
+    elif module == "datasets":  # the hub source needs datasets
+        result = invoke("data", "prepare", "-o", str(tmp_path / "data"))
+    else:
+        result = invoke("eval", "--model", "m", "--benchmarks", str(bench), *args,
+                        "--grader", "dapo", "--output-dir", str(tmp_path / "out"))  # fmt: skip
+    extra = {"transformers": "eval", "datasets": "data", "matplotlib": "plot"}[module]
+    one_error_line(result, code, expected, f'pip install -e ".[{extra}]"')
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.jsonl"]
+
+
+def offline(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
+    """A command run with HF_HUB_OFFLINE=1 and an empty Hugging Face cache (a fresh
+    process: huggingface_hub reads HF_HUB_OFFLINE when it is imported)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(home), "COLUMNS": "80"}
+    command = [sys.executable, "-c", "from advbudget.cli import main; main()", *args]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+
+
+def assert_one_line(process: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    assert process.returncode == 1, (process.stdout, process.stderr)
+    assert "Traceback" not in process.stderr
+    lines = process.stderr.strip().splitlines()
+    assert len(lines) == 1, process.stderr
+    assert lines[0].startswith("error: "), process.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+
+
+def test_an_unreachable_hub_says_what_is_not_cached_and_how_to_fix(tmp_path, bench):
+    home = tmp_path / "hf"
+    fix = ("is not in the local Hugging Face cache", "HF_HUB_OFFLINE is set")
+    data = offline("data", "prepare", "-o", str(tmp_path / "data"), home=home)
+    assert_one_line(data, "dataset BytedTsinghua-SIA/DAPO-Math-17k", *fix, "--source")
+    benchmark = offline("eval", "--model", "m", "--benchmarks", "amc23", "--grader", "dapo",
+                        "--output-dir", str(tmp_path / "e1"), home=home)  # fmt: skip
+    assert_one_line(benchmark, "dataset math-ai/amc23", *fix, "local .jsonl")
+    model = offline("eval", "--model", "Qwen/Qwen3-0.6B", "--benchmarks", str(bench),
+                    "--backend", "transformers", "--grader", "dapo",
+                    "--output-dir", str(tmp_path / "e2"), home=home)  # fmt: skip
+    assert_one_line(model, "model Qwen/Qwen3-0.6B", *fix, "hf download Qwen/Qwen3-0.6B")
+    assert not any((tmp_path / name).exists() for name in ("data", "e1", "e2"))
+
+
+def test_eval_score_only_keeps_the_runs_pass_at_k(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    samples = ["Answer: 4"] * 2 + ["Answer: 5"] * 6  # 2 of 8 correct
+    (run / "generations.jsonl").write_text(
+        json.dumps({"benchmark": "b", "answer": "4", "samples": samples}) + "\n"
+    )
+    folders = iter(range(100))
+
+    def rescored(*extra: str) -> dict:
+        out = tmp_path / f"out{next(folders)}"
+        result = invoke("eval", "--score-only", str(run / "generations.jsonl"), "--grader",
+                        "dapo", "--output-dir", str(out), *extra)  # fmt: skip
+        assert result.exit_code == 0, result.output
+        assert "pass@" in result.stdout
+        return json.loads((out / "scores.json").read_text())["benchmarks"]["b"]["pass_at"]
+
+    # Without settings.json beside it: pass@n, what a sampling run reports by default.
+    assert rescored() == {"8": 1.0}
+    # With the run's settings.json: its pass@k (1 - C(6,k)/C(8,k)); --k still chooses.
+    (run / "settings.json").write_text(json.dumps({"ks": [1, 4], "n": 8}))
+    assert rescored() == {"1": pytest.approx(0.25), "4": pytest.approx(1 - 15 / 70)}
+    assert rescored("--k", "2") == {"2": pytest.approx(1 - 15 / 28)}

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -89,7 +90,9 @@ def test_make_figures_writes_pngs(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     written = sorted(path.name for path in tmp_path.iterdir())
-    assert written == ["advantages.png", "objective.png", "slopes.png"]
+    assert written == [
+        "advantages.png", "objective.png", "sim-compare.png", "sim-map.png", "slopes.png"
+    ]  # fmt: skip
     for name in written:
         data = (tmp_path / name).read_bytes()
         assert data.startswith(b"\x89PNG\r\n\x1a\n")
@@ -116,8 +119,19 @@ def test_site_builds_strict(tmp_path: Path) -> None:
         pytest.importorskip(module, reason=f"{module} is not installed (docs tooling)")
     site = tmp_path / "site"
     result = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
-        cwd=ROOT,
+        # From another directory: every path in mkdocs.yml is the config file's, not cwd's.
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "-f",
+            str(ROOT / "mkdocs.yml"),
+            "--site-dir",
+            str(site),
+        ],
+        cwd=tmp_path,
         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},  # mkdocs-material's banner
         capture_output=True,
         text=True,
@@ -139,7 +153,13 @@ def test_site_builds_strict(tmp_path: Path) -> None:
 
     # The tutorial pages, the math and the figures made it into the site.
     method = (site / "method" / "index.html").read_text(encoding="utf-8")
-    assert 'class="arithmatex"' in method
+    assert method.count("<math ") >= 50
+    # Offline: every formula is MathML (no raw TeX for a script to typeset), and no page
+    # loads anything from the network (no CDN script, no web font).
+    for page in site.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        assert not re.search(r'class="arithmatex[^"]*">\s*\\[(\[]', text), page
+        assert not re.search(r'<(script|link|img)[^>]+(src|href)="https?://', text), page
     for name in ("advantages.png", "slopes.png", "objective.png"):
         assert f"figures/{name}" in method
         assert (site / "figures" / name).is_file()
@@ -155,3 +175,36 @@ def test_site_builds_strict(tmp_path: Path) -> None:
         html = (site / "api" / page / "index.html").read_text(encoding="utf-8")
         assert not re.search(r":(func|class|meth|attr|mod|data):<code>", html), page
         assert "<autoref" not in html, page
+
+
+def _mathml_hook() -> Any:
+    spec = importlib.util.spec_from_file_location("mathml", DOCS / "scripts" / "mathml.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_math_becomes_mathml_or_fails_the_build() -> None:
+    pytest.importorskip("latex2mathml")
+    hook = _mathml_hook()
+    display = hook.typeset(r"A_i = B\left(\frac{1}{k} - \frac{1}{G}\right)", display=True)
+    assert display.startswith('<div class="arithmatex arithmatex-display"><math ')
+    assert display.count("<mfrac>") == 2
+    assert 'display="block"' in display
+    inline = hook.typeset(r"\kappa_{\text{eff}}", display=False)
+    assert inline.startswith('<span class="arithmatex"><math ')
+    assert "&#x003BA;" in inline  # κ
+    with pytest.raises(ValueError, match=r"foobar"):
+        hook.typeset(r"\foobar x", display=False)  # a command latex2mathml does not know
+
+    class Page:
+        class file:
+            src_path = "method.md"
+
+    page_html = '<p>with <span class="arithmatex">\\(k &lt; G\\)</span></p>'
+    out = hook.on_page_content(page_html, page=Page)
+    assert "<math " in out
+    assert "<mo>&#x0003C;</mo>" in out  # the page's &lt; was read as the TeX's <
+    assert "\\(" not in out

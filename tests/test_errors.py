@@ -192,3 +192,31 @@ def test_token_advantages_shapes():
         ValueError, match=r"advantages: expected a 1-D array \[B\], got shape \(2, 1\)"
     ):
         token_advantages(np.zeros((2, 1)), np.ones((2, 4)))
+
+
+def test_one_rollout_per_group_warns_once_per_call_at_the_caller():
+    import warnings
+
+    rewards = np.array([1.0, 0.0, 1.0])
+    with pytest.warns(UserWarning, match="group_size=1") as record:
+        advantages = budget_advantage(rewards, group_size=1)
+    np.testing.assert_array_equal(advantages, np.zeros(3))  # what the warning explains
+    (warning,) = record  # once, not once per group
+    message = str(warning.message)
+    assert message.startswith("group_size=1: every one of the 3 groups has one rollout")
+    assert "every budget advantage is 0" in message
+    assert "group_size >= 2" in message
+    assert warning.filename == __file__  # points at the caller, not at advbudget
+
+    with pytest.warns(UserWarning, match=r"^group_ids: every one of the 3 groups .*'raw'"):
+        compute_advantages(rewards, "grpo", group_ids=["a", "b", "c"])
+    with pytest.warns(UserWarning, match=r"^groups: every one of the 3 groups"):
+        compute_advantages(rewards, "dr", groups=make_groups(rewards, group_size=1))
+    # No warning where the update is not all zeros: estimators that do not compare within
+    # groups, verl's raw singletons, a batch of one rollout, and groups of two.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        compute_advantages(rewards, "reinforce", group_size=1)
+        compute_advantages(rewards, "grpo", group_size=1, singletons="raw")
+        budget_advantage(np.array([1.0]), group_size=1)
+        budget_advantage(np.array([1.0, 0.0]), group_size=2)

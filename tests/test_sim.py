@@ -23,7 +23,6 @@ from advbudget.sim import (
     experiment_config,
     log_policy,
     make_task,
-    plateau_step,
     run_experiment,
     sample_rollouts,
     surrogate_loss,
@@ -188,9 +187,9 @@ def test_seeds_make_runs_reproducible():
 
 
 def test_experiment_summaries():
-    config = experiment_config("kappa", quick=True, betas=(0.0, 1.0), steps=12)
+    config = experiment_config("kappa", quick=True, estimators=("dr",), betas=(0.0, 1.0), steps=12)
     result = run_experiment(config)
-    assert [arm.label for arm in result.arms] == ["dr β=0 (κ=∞)", "dr β=1 (κ=1)"]
+    assert [arm.label for arm in result.arms] == ["dr κ=∞", "dr κ=1"]
     for arm in result.arms:
         assert arm.curves("accuracy").shape == (2, 13)
         summary = arm.summary["final_accuracy"]
@@ -204,13 +203,6 @@ def test_experiment_summaries():
     assert len(entropy.entropy_coefs) > 1
 
 
-def test_plateau_step():
-    assert plateau_step([0.2, 0.2, 0.2]) == 0
-    assert plateau_step([0.1, 0.5, 0.4, 0.503]) == 1  # +0.3 points later is within 0.5
-    assert plateau_step([0.1, 0.5, 0.4, 0.51]) == 3
-    assert plateau_step([0.1, 0.5, 0.4, 0.51], tolerance=0.02) == 1
-
-
 def cli_app():
     app = typer.Typer()
     app.command("simulate")(simulate_command)
@@ -222,21 +214,33 @@ def cli_app():
     return app
 
 
-@pytest.mark.parametrize("experiment", ["compare", "kappa", "entropy"])
+@pytest.mark.parametrize("experiment", ["compare", "kappa", "entropy", "kl", "group-size"])
 def test_cli_quick_writes_json_and_pngs(tmp_path, experiment):
     out = tmp_path / "demo"
-    args = ["simulate", "--experiment", experiment, "--quick", "--output-dir", str(out)]
-    result = CliRunner().invoke(cli_app(), args)
+    plot = experiment in ("compare", "entropy")  # plotting is the slow part: twice is enough
+    args = ["simulate", "--experiment", experiment, "--quick", "--output-dir", str(out),
+            "--steps", "12", *([] if plot else ["--no-plot"])]  # fmt: skip
+    result = CliRunner().invoke(cli_app(), args, env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
-    assert (out / f"{experiment}.png").stat().st_size > 10_000
-    data = json.loads((out / f"{experiment}.json").read_text())
+    stem = f"{experiment}-transient"
+    assert (
+        (out / f"{stem}.png").stat().st_size > 10_000
+        if plot
+        else not (out / f"{stem}.png").exists()
+    )
+    data = json.loads((out / f"{stem}.json").read_text())
     assert data["config"]["name"] == experiment
     assert len(data["arms"]) == len(experiment_config(experiment).arms())
     curves = data["arms"][0]["curves"]["accuracy"]
     assert len(curves) == 2
-    assert len(curves[0]) == 41
+    assert len(curves[0]) == 13
     assert data["arms"][0]["curves"]["kappa_eff_mean"][0][0] is None  # no batch at step 0
-    assert str(out / f"{experiment}.png") in result.output.replace("\n", "")
+    assert 0 < data["ceiling"]["accuracy"] < data["oracle_accuracy"]
+    text = result.output.replace("\n", "")
+    assert str(out / (f"{stem}.{{png,json}}" if plot else f"{stem}.json")) in text
+    assert "Reading" in text
+    assert "docs/simulation.md" in text
+    assert max(len(line) for line in result.output.splitlines()) <= 80
 
 
 def test_cli_options_reach_the_config(tmp_path):
@@ -244,7 +248,7 @@ def test_cli_options_reach_the_config(tmp_path):
             "-G", "4", "-B", "8", "--beta", "0.5", "--output-dir", str(tmp_path)]  # fmt: skip
     result = CliRunner().invoke(cli_app(), args)
     assert result.exit_code == 0, result.output
-    config = json.loads((tmp_path / "compare.json").read_text())["config"]
+    config = json.loads((tmp_path / "compare-transient.json").read_text())["config"]
     assert config["estimators"] == ["dr", "budget"]
     assert config["seeds"] == [0]
     assert (config["steps"], config["group_size"], config["prompts_per_step"]) == (5, 4, 8)

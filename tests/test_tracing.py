@@ -1,14 +1,23 @@
-"""The contiguous path traces: jax.jit with a static group size, torch.compile fullgraph."""
+"""The contiguous path traces: jax.jit with a static group size, torch.compile fullgraph;
+NaN and inf rewards give the eager numbers (``nan_policy="omit"``) and the eager errors
+(raised when the compiled function runs) while traced."""
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from advbudget import (
     budget_advantage,
     compute_advantages,
     dr_advantage,
+    estimator_names,
+    get_spec,
     group_normalized_advantage,
     make_groups,
     rloo_advantage,
@@ -107,3 +116,158 @@ def test_torch_compile_inductor_budget():
     out = compiled(torch.tensor(REWARDS))
     expected = reference_advantages(REWARDS, np.arange(12) // 4, "budget")
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-6)
+    with pytest.raises(RuntimeError, match="rewards: expected finite numbers, got NaN"):
+        compiled(torch.tensor(_nan_at(3), dtype=torch.float32))
+
+
+# -- NaN and inf rewards while traced: the eager numbers and the eager errors ----------------
+
+N, G = 12, 4
+ALL = estimator_names()
+LENGTHS = np.array([3.0, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8])
+BASELINES = np.linspace(-0.5, 0.5, N)
+NAN_PATTERNS = {
+    "none": [],
+    "one": [1],
+    "whole group": [4, 5, 6, 7],
+    "all but one of a group": [0, 1, 2],
+    "one per group": [0, 5, 10],
+}
+
+
+def _inputs_for(name: str, xp: Any) -> dict[str, Any]:
+    declared = {i.name for i in get_spec(name).inputs}
+    out = {"response_lengths": LENGTHS, "reward_baselines": BASELINES}
+    return {k: xp.asarray(v) for k, v in out.items() if k in declared}
+
+
+def _every_estimator(xp: Any, rewards: Any, nan_policy: str) -> dict[str, tuple[Any, Any, Any]]:
+    out = {}
+    for name in ALL:
+        res = compute_advantages(
+            rewards, name, group_size=G, nan_policy=nan_policy, **_inputs_for(name, xp)
+        )
+        # Python 3.11's cached_property takes a lock, which torch.compile(fullgraph=True)
+        # cannot trace: call the property's function itself.
+        valid = type(res).valid.func(res)  # type: ignore[attr-defined]
+        out[name] = (res.advantages, valid, res.group_skipped)
+    return out
+
+
+def _assert_same(traced: dict[str, Any], eager: dict[str, Any], tol: float) -> None:
+    for name in ALL:
+        (a, valid, skipped), (b, valid_b, skipped_b) = traced[name], eager[name]
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=tol, atol=tol, err_msg=name)
+        np.testing.assert_array_equal(np.asarray(valid), np.asarray(valid_b), err_msg=name)
+        np.testing.assert_array_equal(np.asarray(skipped), np.asarray(skipped_b), err_msg=name)
+
+
+@pytest.fixture(scope="module")
+def jitted_omit():  # type: ignore[no-untyped-def]
+    jax = pytest.importorskip("jax")
+    return jax.jit(lambda r: _every_estimator(jax.numpy, r, "omit"))
+
+
+@given(rewards=st.lists(st.sampled_from([0.0, 0.25, 1.0, -2.0, math.nan]), min_size=N, max_size=N))
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+def test_jit_omits_nan_rewards_exactly_as_eager(jitted_omit, rewards):  # type: ignore[no-untyped-def]
+    jax = pytest.importorskip("jax")
+    with jax.enable_x64(True):
+        traced = jitted_omit(jax.numpy.asarray(rewards, dtype=jax.numpy.float64))
+    eager = _every_estimator(np, np.asarray(rewards), "omit")
+    _assert_same(traced, eager, tol=1e-12)
+    for name in ALL:  # the omitted rollouts: advantage 0, not valid
+        advantages, valid, _ = traced[name]
+        nan = np.isnan(rewards)
+        assert not np.asarray(valid)[nan].any(), name
+        assert not np.isnan(np.asarray(advantages)).any(), name
+
+
+def test_jit_raises_on_nan_rewards_when_run():
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    step = jax.jit(lambda r: budget_advantage(r, group_size=G))
+    rewards = jnp.asarray(REWARDS).at[5].set(jnp.nan).at[9].set(jnp.nan)
+    message = (
+        r"rewards: expected finite numbers, got 2 of 12 \(first at index 5\) NaN; "
+        r"pass nan_policy='omit'"
+    )
+    with pytest.raises(jax.errors.JaxRuntimeError, match=message):
+        step(rewards).block_until_ready()
+    # The same step runs on finite rewards (the check is in the compiled function).
+    np.testing.assert_allclose(
+        np.asarray(step(jnp.asarray(REWARDS))),
+        reference_advantages(REWARDS, np.arange(N) // G, "budget"),
+        atol=1e-6,
+    )
+    # The check does not stand in the way of gradients with respect to the rewards.
+    slope = jax.jit(jax.grad(lambda r: jnp.sum(budget_advantage(r, group_size=G) ** 2)))
+    assert np.isfinite(np.asarray(slope(jnp.asarray(REWARDS)))).all()
+    # Infinite rewards raise under "omit" too, as in eager mode.
+    omit = jax.jit(lambda r: budget_advantage(r, group_size=G, nan_policy="omit"))
+    with pytest.raises(
+        jax.errors.JaxRuntimeError, match=r"got 1 of 12 \(first at index 3\) infinite"
+    ):
+        omit(jnp.asarray(REWARDS).at[3].set(-jnp.inf)).block_until_ready()
+    # Extra inputs are checked too.
+    opo = jax.jit(
+        lambda r, n: compute_advantages(r, "opo", group_size=G, response_lengths=n).advantages
+    )
+    with pytest.raises(
+        jax.errors.JaxRuntimeError, match=r"response_lengths: expected finite numbers, got 1 of 12"
+    ):
+        opo(
+            jnp.asarray(REWARDS), jnp.asarray(LENGTHS, dtype=jnp.float32).at[0].set(jnp.nan)
+        ).block_until_ready()
+
+
+def test_vmap_reports_the_member_with_nan():
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    batched = jax.jit(jax.vmap(lambda r: budget_advantage(r, group_size=G)))
+    rewards = jnp.stack([jnp.asarray(REWARDS)] * 3)
+    assert batched(rewards).shape == (3, N)
+    # JAX wraps the callback's error in a ValueError here, a JaxRuntimeError under jit alone.
+    wrapped = (ValueError, jax.errors.JaxRuntimeError)
+    with pytest.raises(wrapped, match=r"got 1 of 12 \(first at index 7\) NaN"):
+        batched(rewards.at[1, 7].set(jnp.nan)).block_until_ready()
+    omitted = jax.jit(jax.vmap(lambda r: budget_advantage(r, group_size=G, nan_policy="omit")))
+    out = omitted(rewards.at[1, 7].set(jnp.nan))
+    np.testing.assert_allclose(
+        np.asarray(out[1]),
+        budget_advantage(_nan_at(7), group_size=G, nan_policy="omit"),
+        atol=1e-6,
+    )
+
+
+def _nan_at(*positions: int) -> np.ndarray:
+    rewards = np.asarray(REWARDS, dtype=np.float64).copy()
+    rewards[list(positions)] = np.nan
+    return rewards
+
+
+@pytest.mark.slow
+def test_torch_compile_omits_and_raises_as_eager():
+    torch = pytest.importorskip("torch")
+    torch._dynamo.reset()
+    omit = torch.compile(
+        lambda r: _every_estimator(torch, r, "omit"), fullgraph=True, backend="eager"
+    )
+    for positions in NAN_PATTERNS.values():
+        rewards = _nan_at(*positions)
+        traced = omit(torch.asarray(rewards))
+        eager = _every_estimator(np, rewards, "omit")
+        _assert_same(traced, eager, tol=1e-12)
+    raising = torch.compile(
+        lambda r: budget_advantage(r, group_size=G), fullgraph=True, backend="eager"
+    )
+    with pytest.raises(
+        RuntimeError, match="rewards: expected finite numbers, got NaN; pass nan_policy='omit'"
+    ):
+        raising(torch.asarray(_nan_at(2)))
+    infinite = torch.asarray(REWARDS).clone()
+    infinite[0] = math.inf
+    with pytest.raises(RuntimeError, match="rewards: expected finite numbers, got infinite values"):
+        omit(infinite)

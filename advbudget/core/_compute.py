@@ -8,7 +8,12 @@ the catalogue (``_catalogue``, maths in ``_estimators``) -> ``AdvantageResult``
 
 from __future__ import annotations
 
+import functools
+import sys
+import warnings
 from typing import Any, Literal
+
+import numpy as np
 
 from . import _checks
 from ._arrays import Array, as_array, backend, compute_dtype, device_of, is_traced
@@ -52,7 +57,8 @@ def compute_advantages(
         groups: a :class:`Groups` from an earlier result, instead of the two above.
         nan_policy: ``"raise"`` (default) or ``"omit"``: NaN rewards (unscorable
             rollouts) are left out of their group's statistics and get advantage 0 and
-            ``valid`` False. Infinite rewards always raise.
+            ``valid`` False. Infinite rewards always raise. The same inside ``jax.jit``
+            and ``torch.compile``: the errors are raised when the compiled function runs.
         tie_rtol, tie_atol: a group whose reward spread is at most
             ``tie_atol + tie_rtol * max(|max|, |min|)`` has no reward gap and is skipped
             (default 1e-6: float32 rounding noise is a tie). 0 and 0 skip only exact ties.
@@ -63,6 +69,10 @@ def compute_advantages(
 
     Returns:
         An :class:`AdvantageResult`.
+
+    Warns:
+        UserWarning: when every group has one rollout (``group_size=1``, or labels all
+            distinct) and the estimator compares within groups: every advantage is 0.
 
     Examples:
         >>> import numpy as np
@@ -93,6 +103,15 @@ def compute_advantages(
         singletons=singletons,
         skip_ties=spec.skips == "ties",
     )
+    if spec.skips == "ties" and singletons == "skip":
+        given = (
+            "group_size=1"
+            if group_size is not None
+            else "group_ids"
+            if groups is None
+            else "groups"
+        )
+        _warn_if_every_group_is_one_rollout(grouped.groups, given, spec)
     inputs = _input_rows(spec, given_inputs, grouped)
     rows = spec.fn(grouped, **resolved, **inputs)
     return AdvantageResult(
@@ -103,6 +122,34 @@ def compute_advantages(
         grouped=grouped,
         advantage_rows=rows,
     )
+
+
+def _warn_if_every_group_is_one_rollout(groups: Groups, given: str, spec: EstimatorSpec) -> None:
+    """Warn when the grouping leaves nothing to compare: every advantage will be 0.
+
+    A test on the layout's sizes (Python ints), so it costs nothing and works traced.
+    """
+    if groups.num_groups != groups.num_rollouts or groups.num_rollouts < 2:
+        return  # a batch of one rollout is a caller's edge case, not a setup mistake
+    raw = ", pass singletons='raw' (verl's convention)" if spec.raw_singletons else ""
+    warnings.warn(
+        f"{given}: every one of the {groups.num_groups} groups has one rollout, so every "
+        f"group is skipped and every {spec.name} advantage is 0 (a group needs two or more "
+        f"rollouts of one prompt to compare); sample several rollouts per prompt "
+        f"(group_size >= 2){raw}, or use an estimator that does not compare within groups "
+        "(reinforce, remax)",
+        UserWarning,
+        stacklevel=_caller_stacklevel(),
+    )
+
+
+def _caller_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning at the first frame outside the core (the
+    caller of ``compute_advantages`` or of an estimator function)."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_globals.get("__name__", "").startswith(__package__):
+        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
+    return level
 
 
 def _input_rows(
@@ -138,7 +185,9 @@ def _input_rows(
             )
         dtype = grouped.rewards.dtype
         array = xp.astype(array, dtype) if array.dtype != dtype else array
-        if not is_traced(array) and not bool(xp.all(xp.isfinite(array))):
+        if is_traced(array):
+            array = _check_finite_traced(xp, array, declared.name, omit_nan=False)[0]
+        elif not bool(xp.all(xp.isfinite(array))):
             raise ValueError(f"{declared.name}: expected finite numbers, got NaN or inf")
         out[declared.name] = groups.rows(array)
     return out
@@ -232,7 +281,7 @@ def group_checked(
     dtype = compute_dtype(xp, rewards.dtype, device, "rewards")
     if rewards.dtype != dtype:
         rewards = xp.astype(rewards, dtype)
-    present = _check_finite(xp, rewards, nan_policy)
+    rewards, present = _check_finite(xp, rewards, nan_policy)
 
     if groups is None:
         groups = build_groups(
@@ -256,36 +305,102 @@ def group_checked(
     )
 
 
-def _check_finite(xp: Any, rewards: Array, nan_policy: NanPolicy) -> Array | None:
-    """None if all rewards are finite; the mask of non-NaN ones under ``"omit"``."""
+_OMIT_HINT = "pass nan_policy='omit' to leave unscored rollouts out of their group"
+
+
+def _check_finite(xp: Any, rewards: Array, nan_policy: NanPolicy) -> tuple[Array, Array | None]:
+    """The rewards, and None if all are finite or the mask of non-NaN ones under "omit"."""
     if is_traced(rewards):
-        return None  # values are unknown while tracing (jax.jit, torch.compile)
+        return _check_finite_traced(xp, rewards, "rewards", omit_nan=nan_policy == "omit")
     # One reduction and one sync in the common case: a finite sum means every reward is
     # finite (a NaN or inf anywhere makes the sum NaN or inf; overflow only sends us to
     # the exact check below).
     if bool(xp.isfinite(xp.sum(rewards))):
-        return None
+        return rewards, None
     finite = xp.isfinite(rewards)
     if bool(xp.all(finite)):
-        return None
+        return rewards, None
     nan = xp.isnan(rewards)
     infinite = ~finite & ~nan
     if bool(xp.any(infinite)):
-        raise ValueError(
-            f"rewards: expected finite numbers, got {_where_true(xp, infinite)} infinite"
-        )
+        raise ValueError(_not_finite("rewards", f"{_where_true(xp, infinite)} infinite"))
     if nan_policy == "raise":
-        raise ValueError(
-            f"rewards: expected finite numbers, got {_where_true(xp, nan)} NaN; "
-            "pass nan_policy='omit' to leave unscored rollouts out of their group"
-        )
-    return ~nan
+        raise ValueError(_not_finite("rewards", f"{_where_true(xp, nan)} NaN", _OMIT_HINT))
+    return rewards, ~nan
+
+
+def _not_finite(name: str, got: str, hint: str = "") -> str:
+    return f"{name}: expected finite numbers, got {got}" + (f"; {hint}" if hint else "")
 
 
 def _where_true(xp: Any, mask: Array) -> str:
     positions = xp.nonzero(mask)[0]
     count = int(positions.shape[0])
     return f"{count} of {mask.shape[0]} (first at index {int(positions[0])})"
+
+
+def _check_finite_traced(
+    xp: Any, values: Array, name: str, *, omit_nan: bool
+) -> tuple[Array, Array | None]:
+    """The checks of the eager path for values that cannot be read while tracing: the
+    NaN mask is computed with ``where``-style ops, so omission gives the eager numbers,
+    and the errors are raised when the compiled function runs (jax: a host callback,
+    only taken when a value is not finite; torch.compile: ``torch._assert_async``).
+    Returns the values to go on with (under jax they depend on the check, so that it
+    runs) and the mask of non-NaN values when ``omit_nan``, else None."""
+    hint = _OMIT_HINT if name == "rewards" else ""
+    if backend(xp) == "jax":
+        values = _jax_raise_when_run(values, name, omit_nan, hint)
+    elif backend(xp) == "torch":
+        torch = sys.modules["torch"]
+        # The compiled graph cannot format counts: the messages name what, not how many.
+        torch._assert_async(~xp.any(xp.isinf(values)), _not_finite(name, "infinite values"))
+        if not omit_nan:
+            torch._assert_async(~xp.any(xp.isnan(values)), _not_finite(name, "NaN", hint))
+    # Other lazy arrays (dask, ...) have no run-time check: omission still works.
+    return values, (~xp.isnan(values) if omit_nan else None)
+
+
+def _jax_raise_when_run(values: Array, name: str, omit_nan: bool, hint: str) -> Array:
+    """``values + 0``, where the 0 comes from a host callback that raises on what is not
+    allowed; the callback only runs (one host round trip) when a value is not finite.
+
+    A pure_callback whose result is used costs a few microseconds when skipped, where a
+    jax.debug.callback (an effect) costs ~10x more per call on CPU. Gradients do not
+    flow through the check."""
+    jax, jnp = sys.modules["jax"], sys.modules["jax.numpy"]
+    checked = jax.lax.stop_gradient(values)
+    zero = jax.ShapeDtypeStruct((), values.dtype)
+    size, dtype = int(values.shape[-1]), np.dtype(values.dtype)
+    host = functools.partial(_raise_non_finite, name, size, omit_nan, hint, dtype)
+
+    def report() -> Array:
+        nan, infinite = jnp.isnan(checked), jnp.isinf(checked)
+        counts = [jnp.sum(infinite), jnp.argmax(infinite), jnp.sum(nan), jnp.argmax(nan)]
+        return jax.pure_callback(host, zero, *counts, vmap_method="broadcast_all")
+
+    allowed = ~jnp.any(jnp.isinf(checked)) if omit_nan else jnp.isfinite(jnp.sum(checked))
+    return values + jax.lax.cond(allowed, lambda: jnp.zeros((), values.dtype), report)
+
+
+def _raise_non_finite(
+    name: str, size: int, omit_nan: bool, hint: str, dtype: Any, *counts_and_firsts: Any
+) -> Any:
+    """Host side of the jax check: raises, or returns the zero(s) the values get. Under
+    ``jax.vmap`` the counts come batched (and the callback runs for every member), so
+    the first failing member is reported."""
+    shape = np.shape(counts_and_firsts[0])
+    inf_count, inf_first, nan_count, nan_first = (np.ravel(c) for c in counts_and_firsts)
+    checks = [(inf_count, inf_first, "infinite", "")]
+    if not omit_nan:
+        checks.append((nan_count, nan_first, "NaN", hint))
+    for count, first, what, what_hint in checks:
+        failing = np.flatnonzero(count)
+        if failing.size:
+            member = failing[0]
+            where = f"{int(count[member])} of {size} (first at index {int(first[member])})"
+            raise ValueError(_not_finite(name, f"{where} {what}", what_hint))
+    return np.zeros(shape, dtype)
 
 
 def _check_groups(

@@ -83,7 +83,9 @@ def grpo_passk(
     is_top = rewards == g.expand(top)
     unique = keep & (g.sum(xp.astype(is_top, dtype)) == 1)
     second = g.groups.max(xp.where(is_top, -math.inf, rewards))
-    gain = top - xp.where(unique, second, top)  # 0 where the best is tied (or skipped)
+    # 0 where the best is tied or the group skipped (top is -inf when every reward is NaN).
+    top = xp.where(keep, top, 0)
+    gain = top - xp.where(unique, second, top)
     if norm_adv_by_std:
         centred = deviation(g)
         dof = g.count - std_correction

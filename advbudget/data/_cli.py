@@ -13,7 +13,15 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .._cli_errors import atomic_output, check_output_dir, cli_errors, fail
+from .._cli_errors import (
+    atomic_output,
+    check_output_dir,
+    cli_errors,
+    fail,
+    hub_unreachable,
+    missing_dependency,
+    not_cached,
+)
 from ._prepare import FORMATS, PreparedData, check_split_options, parse_formats, prepare
 from ._problems import DEFAULT_SOURCE, DataError
 from ._samples import sample_path
@@ -95,7 +103,13 @@ def prepare_command(
                 val_size=val_size,
                 val_fraction=val_fraction,
             )
-    except (DataError, FileNotFoundError, ValueError) as error:
+    except ImportError as error:
+        raise fail(missing_dependency(error, "advbudget data prepare")) from None
+    except Exception as error:
+        if hub_unreachable(error):
+            raise fail(not_cached("dataset", chosen_source, "a local file as --source")) from None
+        if not isinstance(error, (DataError, FileNotFoundError, ValueError)):
+            raise
         # Data problems are not usage errors: the message names the file and row.
         if isinstance(error, FileNotFoundError) and error.filename is not None:
             raise fail(f"--source {error.filename}: no such file") from None
@@ -105,15 +119,16 @@ def prepare_command(
         for name, paths in result.files.items()
     }
     result = dataclasses.replace(result, files=files)
-    _print_summary(console, result)
+    _print_summary(console, result, output_dir)
 
 
-def _print_summary(console: Console, result: PreparedData) -> None:
+def _print_summary(console: Console, result: PreparedData, output_dir: Path) -> None:
+    # Paths are printed as lines, not cells: a path folded inside a cell cannot be copied.
     report = result.dedup
-    summary = Table(title="Prepared data", show_header=False)
+    console.print(f"Prepared data from {result.source}", highlight=False, soft_wrap=True)
+    summary = Table(show_header=False)
     summary.add_column("", style="bold")
-    summary.add_column("", justify="right", overflow="fold")
-    summary.add_row("source", result.source)
+    summary.add_column("", justify="right")
     for label, value in report.summary():  # every count, unique indices and texts both
         if label.startswith("dropped repeats with a different") and report.conflicts:
             label, value = f"[yellow]{label}[/yellow]", f"[yellow]{value}[/yellow]"
@@ -122,16 +137,17 @@ def _print_summary(console: Console, result: PreparedData) -> None:
     summary.add_row("validation", f"{len(result.val):,}")
     console.print(summary)
 
-    files = Table(title="Files written")
+    console.print(f"Files written in {output_dir}", highlight=False, soft_wrap=True)
+    files = Table()
     files.add_column("format")
     files.add_column("split")
     files.add_column("rows", justify="right")
-    files.add_column("path", overflow="fold")
+    files.add_column("file")
     rows = {"train": len(result.train), "val": len(result.val)}
     for name, paths in result.files.items():
         for path in paths:
             split = path.stem
-            files.add_row(name, split, f"{rows.get(split, 0):,}", str(path))
+            files.add_row(name, split, f"{rows.get(split, 0):,}", str(path.relative_to(output_dir)))
     console.print(files)
     for name, paths in result.files.items():
         usage = _usage(name, {path.stem: str(path) for path in paths})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 from typing import Annotated
@@ -11,19 +12,27 @@ from rich.console import Console
 from rich.table import Table
 
 from .._cli_errors import (
+    CommandError,
     atomic_output,
     check_input_file,
     check_output_dir,
     cli_errors,
     describe,
     fail,
+    hub_unreachable,
+    missing_dependency,
+    not_cached,
 )
+from .._cli_tables import fit_width
+from ._benchmarks import BENCHMARKS
 from ._run import (
     GENERATIONS,
     GRADERS,
+    SETTINGS,
     EvalReport,
     _complete_lines,
     evaluate,
+    score,
     score_generations,
     write_outputs,
 )
@@ -90,9 +99,16 @@ def eval_command(
     elif model is None:
         raise typer.BadParameter("expected a model path or hub id", param_hint="--model")
     check_output_dir(output_dir, "--output-dir")  # before the model is loaded
+    if grader == "math_verify" and importlib.util.find_spec("math_verify") is None:
+        # Grading starts after the first generations: found missing now, not then.
+        error = ModuleNotFoundError("No module named 'math_verify'", name="math_verify")
+        raise CommandError(missing_dependency(error, "--grader math_verify"))
     try:
         if score_only is not None:
-            records, report = score_generations(score_only, ks=k or [], grader=grader)
+            records, report = score_generations(score_only, ks=[], grader=grader)
+            # The pass@k of the run that wrote the file (its settings.json), else pass@n.
+            n_file = min(s.samples_per_problem for s in report.scores)
+            report = EvalReport(score(records, k or _run_ks(score_only) or [n_file]), report.config)
             with atomic_output(output_dir, directory=True, label="--output-dir") as partial:
                 write_outputs(partial, records, report)
         else:
@@ -114,17 +130,55 @@ def eval_command(
                 batch_size=batch_size,
                 chat_template_kwargs=template,
             )
-    except (ValueError, FileNotFoundError, ImportError) as error:
-        raise fail(str(error), 2) from None
-    except (KeyboardInterrupt, OSError) as error:
+    except Exception as error:
+        if hub_unreachable(error):
+            raise fail(_not_cached(error, model, benchmarks)) from None
+        if isinstance(error, ImportError):
+            raise fail(missing_dependency(error), 2) from None
+        if isinstance(error, (ValueError, FileNotFoundError)):
+            raise fail(str(error), 2) from None
+        if not isinstance(error, OSError) or score_only is not None:
+            raise
+        raise fail(f"{describe(error)}; {_saved(output_dir / GENERATIONS)}") from None
+    except KeyboardInterrupt:
         if score_only is not None:
             raise
-        what = "interrupted (Ctrl-C)" if isinstance(error, KeyboardInterrupt) else describe(error)
-        code = 130 if isinstance(error, KeyboardInterrupt) else 1
-        raise fail(f"{what}; {_saved(output_dir / GENERATIONS)}", code) from None
-    console.print(report_table(report))
+        raise fail(f"interrupted (Ctrl-C); {_saved(output_dir / GENERATIONS)}", 130) from None
+    for table in report_table(report, console):
+        console.print(table)
     console.print(f"Scores in [bold]{output_dir / 'scores.json'}[/bold]")
     console.print_json(json.dumps(report.to_dict()["benchmarks"]["average"]))
+
+
+def _run_ks(generations: Path) -> list[int]:
+    """The pass@k that the run which wrote ``generations`` reported (its settings.json
+    beside it); empty when there is none or it cannot be read."""
+    try:
+        settings = json.loads((generations.parent / SETTINGS).read_text(encoding="utf-8"))
+        ks = settings["ks"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    ok = isinstance(ks, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in ks)
+    return list(ks) if ok else []
+
+
+def _not_cached(error: BaseException, model: str | None, benchmarks: str) -> str:
+    """Which hub id could not be fetched: a benchmark the error names, else the model."""
+    text = " ".join(str(e) for e in _chain(error))
+    for name in (b.strip().lower() for b in benchmarks.split(",")):
+        source = BENCHMARKS.get(name)
+        if source is not None and source.hub_id in text:
+            return not_cached("dataset", source.hub_id, "a local .jsonl benchmark file")
+    return not_cached("model", model, "a local model folder as --model")
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    chain: list[BaseException] = []
+    current: BaseException | None = error
+    while current is not None and current not in chain:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return chain
 
 
 def _saved(path: Path) -> str:
@@ -138,24 +192,29 @@ def _saved(path: Path) -> str:
     return f"{count} problems are saved in {path}: rerun with --resume to continue"
 
 
-def report_table(report: EvalReport) -> Table:
-    """The scores as a terminal table, one row per benchmark and the average."""
+def report_table(report: EvalReport, console: Console | None = None) -> list[Table]:
+    """The scores as terminal tables, one row per benchmark and the average; the pass@k
+    columns go to more tables when they do not fit the terminal's width."""
     rows = [*report.scores, report.average]
     n = min(s.samples_per_problem for s in report.scores)
+
+    def table_of(ks: list[int]) -> Table:
+        table = Table(title="Evaluation (percent)")
+        table.add_column("benchmark")
+        table.add_column("problems", justify="right")
+        table.add_column(f"avg@{n}", justify="right")
+        for k in ks:
+            table.add_column(f"pass@{k}", justify="right")
+        for row in rows:
+            style = "bold" if row.benchmark == "average" else None
+            table.add_row(
+                row.benchmark,
+                str(row.problems),
+                f"{100 * row.avg:.2f}",
+                *[f"{100 * row.pass_at[k]:.2f}" for k in ks],
+                style=style,
+            )
+        return table
+
     ks = sorted(report.average.pass_at)
-    table = Table(title="Evaluation (percent)")
-    table.add_column("benchmark")
-    table.add_column("problems", justify="right")
-    table.add_column(f"avg@{n}", justify="right")
-    for k in ks:
-        table.add_column(f"pass@{k}", justify="right")
-    for row in rows:
-        style = "bold" if row.benchmark == "average" else None
-        table.add_row(
-            row.benchmark,
-            str(row.problems),
-            f"{100 * row.avg:.2f}",
-            *[f"{100 * row.pass_at[k]:.2f}" for k in ks],
-            style=style,
-        )
-    return table
+    return fit_width(console or Console(), ks, table_of) if ks else [table_of([])]

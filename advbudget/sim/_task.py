@@ -45,6 +45,9 @@ class TaskConfig:
             two prompts of different types have feature cosine ``1 / (1 + a²)``.
         feature_noise: per-prompt noise on the type part of the features.
         train_prompts, validation_prompts: sizes of the training pool and the held-out set.
+        hard_share: the fraction of prompts that are of a hard type, split equally among
+            the hard types (the rest equally among the routine types); None: every type
+            equally frequent, i.e. ``hard_types / (routine_types + hard_types)``.
         partial_credit: if > 0, a failed rollout earns this graded reward with the
             strategy's success probability (a near miss); 0 gives binary rewards.
         task_seed: draws the prompts and the feature rotation (the same task for every
@@ -65,6 +68,7 @@ class TaskConfig:
     feature_noise: float = 0.3
     train_prompts: int = 4096
     validation_prompts: int = 1024
+    hard_share: float | None = None
     partial_credit: float = 0.0
     task_seed: int = 0
 
@@ -90,6 +94,8 @@ class TaskConfig:
         for name in ("hardness_std", "type_separation", "feature_noise"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: expected a number >= 0, got {getattr(self, name)!r}")
+        if self.hard_share is not None:
+            _check_hard_share(self.hard_share, self.routine_types, self.hard_types)
         if not 0 <= self.partial_credit < 1:
             raise ValueError(
                 f"partial_credit: expected a number in [0, 1), got {self.partial_credit!r}"
@@ -100,6 +106,15 @@ class TaskConfig:
         return self.routine_types + self.hard_types
 
     @property
+    def type_frequencies(self) -> Float:
+        """``[T]`` the probability of each prompt type (routine types first)."""
+        if self.hard_share is None:
+            return np.full(self.num_types, 1 / self.num_types)
+        routine = (1 - self.hard_share) / self.routine_types if self.routine_types else 0.0
+        hard = self.hard_share / self.hard_types if self.hard_types else 0.0
+        return np.array([routine] * self.routine_types + [hard] * self.hard_types)
+
+    @property
     def num_strategies(self) -> int:
         return 1 + self.flawed_strategies + self.hard_types
 
@@ -108,14 +123,31 @@ class TaskConfig:
         return 1 + self.num_types
 
 
+def _check_hard_share(share: object, routine_types: int, hard_types: int) -> None:
+    ok = isinstance(share, (int, float)) and not isinstance(share, bool)
+    if not (ok and 0 <= share <= 1):  # type: ignore[operator]
+        raise ValueError(f"hard_share: expected a number in [0, 1], got {share!r}")
+    # A share given to types that do not exist would leave the frequencies summing to < 1.
+    if (hard_types == 0 and share != 0) or (routine_types == 0 and share != 1):
+        raise ValueError(
+            f"hard_share: expected {0 if hard_types == 0 else 1} with {routine_types} routine "
+            f"and {hard_types} hard types, got {share!r}"
+        )
+
+
 @dataclass(frozen=True, eq=False)
 class PromptSet:
-    """A set of prompts: features ``[N, D]``, types ``[N]``, success probabilities ``[N, K]``."""
+    """A set of prompts: features ``[N, D]``, types ``[N]``, success probabilities ``[N, K]``.
+
+    Types ``0..routine_types - 1`` are routine, the next ``hard_types`` are hard.
+    """
 
     features: Float
     types: Int
     success: Float
     hard: Bool
+    routine_types: int = 0
+    hard_types: int = 0
 
     @property
     def size(self) -> int:
@@ -188,13 +220,19 @@ def _skill_table(config: TaskConfig) -> Float:
 def _draw_prompts(
     config: TaskConfig, skill: Float, rotation: Float, size: int, rng: np.random.Generator
 ) -> PromptSet:
-    types = rng.integers(0, config.num_types, size=size)
+    if config.hard_share is None:
+        types = rng.integers(0, config.num_types, size=size)
+    else:
+        types = rng.choice(config.num_types, size=size, p=config.type_frequencies)
     hardness = config.hardness_std * rng.standard_normal(size)
     type_part = config.type_separation * np.eye(config.num_types)[types]
     type_part += config.feature_noise * rng.standard_normal((size, config.num_types))
     features = np.concatenate([np.ones((size, 1)), type_part @ rotation.T], axis=1)
     success = 1 / (1 + np.exp(hardness[:, None] - skill[:, types].T))
-    return PromptSet(features, types.astype(np.int64), success, types >= config.routine_types)
+    hard = types >= config.routine_types
+    return PromptSet(
+        features, types.astype(np.int64), success, hard, config.routine_types, config.hard_types
+    )
 
 
 def log_policy(weights: Float, features: Float) -> Float:
@@ -220,7 +258,9 @@ def exact_metrics(
 
     Keys: ``accuracy`` (mean success probability, avg@n in the limit), ``accuracy_routine``
     and ``accuracy_hard`` (the same on routine and hard types; NaN if there are none),
-    ``pass_at_8`` (``1 - (1 - p)^8``), ``entropy`` (nats) and, with
+    ``pass_at_8`` (``1 - (1 - p)^8``), ``entropy`` (nats), ``hard_types_discovered``
+    (the hard types whose specialist has mean probability > 0.5 on their held-out
+    prompts; a type without held-out prompts does not count) and, with
     ``reference_log_probs``, ``kl_to_reference`` (``KL(π ‖ π_ref)``).
 
     Examples:
@@ -239,11 +279,38 @@ def exact_metrics(
         "accuracy_hard": _mean_or_nan(solved[prompts.hard]),
         "pass_at_8": float((1 - (1 - solved) ** 8).mean()),
         "entropy": float(-(probs * log_probs).sum(axis=1).mean()),
+        "hard_types_discovered": float(hard_types_discovered(probs, prompts)),
     }
     if reference_log_probs is not None:
         kl = (probs * (log_probs - reference_log_probs)).sum(axis=1)
         metrics["kl_to_reference"] = float(kl.mean())
     return metrics
+
+
+def hard_types_discovered(probs: Float, prompts: PromptSet) -> int:
+    """How many hard types have their specialist at mean probability > 0.5 on their prompts.
+
+    ``probs`` is ``[N, K]`` on ``prompts``; the specialists are the last
+    ``prompts.hard_types`` strategies, in the order of the hard types.
+
+    Examples:
+        >>> import numpy as np
+        >>> from advbudget.sim import TaskConfig, make_task
+        >>> from advbudget.sim._task import hard_types_discovered
+        >>> task = make_task(TaskConfig(train_prompts=8, validation_prompts=64))
+        >>> hard_types_discovered(np.full((64, 8), 1 / 8), task.validation)
+        0
+        >>> probs = np.zeros((64, 8)); probs[:, 4:] = 1  # every specialist on every prompt
+        >>> hard_types_discovered(probs, task.validation)
+        4
+    """
+    count = 0
+    first_specialist = probs.shape[1] - prompts.hard_types
+    for j in range(prompts.hard_types):
+        mine = prompts.types == prompts.routine_types + j
+        if mine.any() and probs[mine, first_specialist + j].mean() > 0.5:
+            count += 1
+    return count
 
 
 def _mean_or_nan(values: Float) -> float:

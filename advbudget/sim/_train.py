@@ -14,6 +14,9 @@ from ._policy import Minibatch, surrogate_loss
 from ._task import Float, Task, exact_metrics, log_policy, sample_rollouts
 
 OPTIMIZERS = ("adam", "sgd")
+# Where an entropy term goes: a bonus on the loss (``- c H(π)``, exact) or on each
+# rollout's reward (``r + c (-log π_old(s|x))``, whose expectation is ``c H``).
+ENTROPY_PLACES = ("loss", "reward")
 
 # Evaluation metrics (exact, on the held-out prompts) are recorded after every step and
 # for the initial policy (index 0); batch metrics describe the rollouts of step t (index
@@ -25,6 +28,7 @@ EVAL_KEYS = (
     "pass_at_8",
     "entropy",
     "kl_to_reference",
+    "hard_types_discovered",
 )
 BATCH_KEYS = (
     "train_reward",
@@ -52,9 +56,14 @@ class RunConfig:
         clip: PPO ratio clip ε (the ratio is kept in ``[1 - ε, 1 + ε]``).
         beta: KL coefficient to the reference (initial) policy; κ = reward gap / β.
         entropy_coef: entropy bonus coefficient.
+        entropy_in: ``"loss"`` (an exact entropy bonus in the loss) or ``"reward"`` (each
+            rollout's reward gets ``entropy_coef * (-log π_old(s|x))`` before the
+            advantages are computed, so the estimator sees the bonus).
         entropy_until: the bonus applies to steps ``1..entropy_until`` only (None: all).
         optimizer: ``"adam"`` (β₁ = 0.9, β₂ = 0.999, as LLM trainers use) or ``"sgd"``.
         seed: seeds the prompt order, the rollouts and the rewards.
+        eval_every: evaluate the held-out metrics every this many steps (and at the
+            last); the steps between hold NaN. 1 gives full curves.
     """
 
     estimator: str = "budget"
@@ -66,9 +75,11 @@ class RunConfig:
     clip: float = 0.2
     beta: float = 0.001
     entropy_coef: float = 0.0
+    entropy_in: str = "loss"
     entropy_until: int | None = None
     optimizer: str = "adam"
     seed: int = 0
+    eval_every: int = 1
 
     def __post_init__(self) -> None:
         if not isinstance(self.estimator, str):
@@ -85,6 +96,11 @@ class RunConfig:
         _check_int("prompts_per_step", self.prompts_per_step, 1)
         _check_int("minibatches", self.minibatches, 1)
         _check_int("seed", self.seed, 0)
+        _check_int("eval_every", self.eval_every, 1)
+        if self.entropy_in not in ENTROPY_PLACES:
+            raise ValueError(
+                f"entropy_in: expected one of {ENTROPY_PLACES}, got {self.entropy_in!r}"
+            )
         if self.prompts_per_step % self.minibatches:
             raise ValueError(
                 f"minibatches: expected a divisor of prompts_per_step={self.prompts_per_step} "
@@ -191,10 +207,13 @@ def train(
             rng,
             partial_credit=task.config.partial_credit,
         )
-        result = compute_advantages(rewards.reshape(-1), config.estimator, group_size=group_size)
-        advantages = np.asarray(result.advantages, dtype=np.float64).reshape(rewards.shape)
         old = np.take_along_axis(log_probs, strategies, axis=1)
         bonus_on = config.entropy_until is None or step <= config.entropy_until
+        in_reward = bonus_on and config.entropy_in == "reward" and config.entropy_coef > 0
+        shaped = rewards - config.entropy_coef * old if in_reward else rewards
+        result = compute_advantages(shaped.reshape(-1), config.estimator, group_size=group_size)
+        advantages = np.asarray(result.advantages, dtype=np.float64).reshape(rewards.shape)
+        in_loss = bonus_on and config.entropy_in == "loss"
         clip_fractions = []
         for start in range(0, config.prompts_per_step, per_minibatch):
             part = slice(start, start + per_minibatch)
@@ -210,7 +229,7 @@ def train(
                 batch,
                 clip=config.clip,
                 beta=config.beta,
-                entropy_coef=config.entropy_coef if bonus_on else 0.0,
+                entropy_coef=config.entropy_coef if in_loss else 0.0,
             )
             weights = optimizer.step(weights, gradient)
             clip_fractions.append(terms.clip_fraction)
@@ -225,7 +244,8 @@ def train(
         history["kappa_eff_mean"][step] = realised["mean"]
         history["kappa_eff_median"][step] = realised["median"]
         history["clip_fraction"][step] = float(np.mean(clip_fractions))
-        evaluate(step)
+        if step % config.eval_every == 0 or step == config.steps:
+            evaluate(step)
         if on_step is not None:
             on_step(step)
     history["weights"] = weights

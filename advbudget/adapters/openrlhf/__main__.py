@@ -11,7 +11,8 @@ checks, its trainer) with three changes:
   the estimator's default), ``--advbudget.tie_rtol`` / ``--advbudget.tie_atol``,
   ``--advbudget.kappa_every K`` (log κ_eff every K steps, one extra actor forward over 2
   samples per group; 0 turns it off; default 10) and ``--advbudget.parse_only`` (parse and
-  run OpenRLHF's argument checks, print the estimator, stop before Ray starts);
+  run OpenRLHF's argument checks, print the estimator, stop before Ray starts; only the
+  parser block of ``train_ppo_ray`` runs, so no vLLM or flash-attn is needed);
 - Ray is initialised with our patch as ``worker_process_setup_hook`` (plus OpenRLHF's own
   env_vars) so that the ``PPOTrainer`` actor computes our advantages. Under ``ray job
   submit`` the job's ``--runtime-env-json`` may carry the hook too (needed when the job runs
@@ -35,20 +36,13 @@ from typing import Any
 from advbudget.core import estimator_specs, get_spec
 
 from ._advantages import OPENRLHF, estimator_names, is_ours
+from ._parse_only import ParsedOnly, run_main_block
 from ._patch import HOOK, install
 from ._version import check_openrlhf_version
 
 ESTIMATOR_FLAG = "--algo.advantage.estimator"
 DEFAULT_KAPPA_EVERY = OPENRLHF.kappa_every
 _OWN_FLAGS = ("kappa_every", "parse_only", "tie_rtol", "tie_atol", "nan_policy")
-
-
-class ParsedOnly(Exception):
-    """Raised to stop after parsing (``--advbudget.parse_only``); ``.parsed``: the args."""
-
-    def __init__(self, args: Any) -> None:
-        super().__init__("parse only")
-        self.parsed = args
 
 
 def validate(flat: argparse.Namespace) -> None:
@@ -139,24 +133,6 @@ def _patched_parser(parse_only: bool) -> Iterator[None]:
         argparse.ArgumentParser.parse_args = original_parse  # type: ignore[method-assign]
 
 
-@contextlib.contextmanager
-def _stop_before_training() -> Iterator[None]:
-    """``train(args)`` starts with ``ray.is_initialized()`` then ``get_strategy(args)``."""
-    import openrlhf.utils
-    import ray
-
-    def stop(args: Any) -> Any:
-        raise ParsedOnly(args)
-
-    saved = ray.is_initialized, openrlhf.utils.get_strategy
-    ray.is_initialized = lambda: True
-    openrlhf.utils.get_strategy = stop
-    try:
-        yield
-    finally:
-        ray.is_initialized, openrlhf.utils.get_strategy = saved
-
-
 def runtime_env(job_runtime_env: dict[str, Any] | None = None) -> dict[str, Any]:
     """What our ``ray.init`` adds to the runtime env: the hook and OpenRLHF's env_vars.
 
@@ -208,14 +184,13 @@ def main(argv: Sequence[str] | None = None) -> Any:
     try:
         with _patched_parser(parse_only):
             if parse_only:
-                with _stop_before_training():
-                    try:
-                        runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__")
-                    except ParsedOnly as parsed:
-                        estimator = parsed.parsed.algo.advantage.estimator
-                        print(f"advbudget: flags parse; estimator {estimator}")
-                        return parsed.parsed
-                raise SystemExit("advbudget: OpenRLHF did not reach train(args)")
+                # Only the parser and checks of train_ppo_ray: its trainer imports need vLLM.
+                try:
+                    run_main_block()
+                except ParsedOnly as parsed:
+                    estimator = parsed.parsed.algo.advantage.estimator
+                    print(f"advbudget: flags parse; estimator {estimator}")
+                    return parsed.parsed
             install()
             init_ray()
             runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__")

@@ -44,11 +44,14 @@ def validate(config: Any) -> None:
     estimator = config.algorithm.adv_estimator
     if estimator not in ("gae", "grpo"):
         core_algos.get_adv_estimator_fn(estimator)  # ValueError naming it when unknown
-    validate_config(
-        config=config,
-        use_reference_policy=need_reference_policy(config),
-        use_critic=need_critic(config),
-    )
+    with warnings.catch_warnings():
+        # verl's note that GRPO-like estimators run without a critic: true, and expected.
+        warnings.filterwarnings("ignore", message="Disabled critic")
+        validate_config(
+            config=config,
+            use_reference_policy=need_reference_policy(config),
+            use_critic=need_critic(config),
+        )
     if config.trainer.get("use_v1", False):
         mode = config.trainer.v1.trainer_mode
         if mode.startswith("advbudget_"):
@@ -62,14 +65,62 @@ def validate(config: Any) -> None:
                 )
 
 
+def concerns(config: Any) -> list[str]:
+    """What is valid to verl but would waste a run: one line each, naming the setting."""
+    found = []
+    estimator = config.algorithm.adv_estimator
+    group_size = config.actor_rollout_ref.rollout.n
+    if estimator != "gae" and group_size < 2:
+        found.append(
+            f"actor_rollout_ref.rollout.n={group_size}: {estimator} compares the rollouts of "
+            "a prompt, and a group of one has nothing to compare: every group is skipped and "
+            "the policy gets no update (the paper samples 8 per prompt)"
+        )
+    for key in ("train_files", "val_files"):
+        files = config.data[key]
+        for name in [files] if isinstance(files, str) else list(files):
+            if not Path(name).expanduser().exists():
+                found.append(
+                    f"data.{key}: {name} does not exist here yet (advbudget data prepare writes it)"
+                )
+    return found
+
+
+def summary(config: Any) -> str:
+    """The settings a run is told apart by, on one line."""
+    actor = config.actor_rollout_ref.actor
+    steps = config.trainer.total_training_steps
+    return (
+        f"estimator={config.algorithm.adv_estimator} "
+        f"policy_loss={actor.policy_loss.loss_mode} loss_agg_mode={actor.loss_agg_mode} "
+        f"model={config.actor_rollout_ref.model.path} "
+        f"rollout.n={config.actor_rollout_ref.rollout.n} "
+        f"train_batch_size={config.data.train_batch_size} "
+        + (
+            f"total_training_steps={steps}"
+            if steps
+            else f"total_epochs={config.trainer.total_epochs}"
+        )
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Compose and validate; print ``ok`` (exit 0) or the problem (exit 1)."""
+    """Compose and validate; print the settings and ``ok`` (exit 0) or the problem (exit 1).
+
+    Settings verl accepts but that would waste a run (a group of one rollout, data files
+    that are not there) are printed as warnings on stderr; they do not fail the check, since
+    a dry run on a laptop rarely has the cluster's data.
+    """
     overrides = list(sys.argv[1:] if argv is None else argv)
     try:
-        validate(compose_config(overrides))
+        config = compose_config(overrides)
+        validate(config)
     except Exception as error:
         print(f"invalid verl config: {type(error).__name__}: {error}", file=sys.stderr)
         return 1
+    for concern in concerns(config):
+        print(f"warning: {concern}", file=sys.stderr)
+    print(f"validated: {summary(config)}")
     print("ok")
     return 0
 

@@ -1,0 +1,263 @@
+"""``advbudget experiment lm``: the tiny-LM comparison, with a table, plots and JSON."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .._cli_errors import CommandError, check_output_dir, cli_errors, missing_dependency
+from ._config import PRESETS, LMConfig, lm_config
+
+app = typer.Typer(
+    help="Experiments on real trainers (the bandit lab is `advbudget simulate`).",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+DEFAULT_CACHE = Path("~/.cache/advbudget/lm")
+
+
+def _estimator_names(text: str) -> tuple[str, ...]:
+    from ..core import estimator_names
+    from ..core._catalogue import all_names
+
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in all_names()]
+    if unknown or not names:
+        raise typer.BadParameter(
+            f"expected names from {estimator_names()}, got {list(unknown) or text!r}",
+            param_hint="--estimators",
+        )
+    return names
+
+
+@app.command("lm")
+@cli_errors
+def lm_command(
+    preset: Annotated[
+        str, typer.Option(help=f"One of {', '.join(PRESETS)} (--quick is the quick one).")
+    ] = "default",
+    quick: Annotated[
+        bool, typer.Option(help="The mechanics in about a minute: 2 estimators, 1 seed, 4 steps.")
+    ] = False,
+    estimators: Annotated[
+        str | None, typer.Option(help="Comma-separated estimator names (default grpo,dr,budget).")
+    ] = None,
+    seeds: Annotated[int | None, typer.Option(min=1, help="Number of seeds (0..n-1).")] = None,
+    steps: Annotated[int | None, typer.Option(min=1, help="RL steps per run.")] = None,
+    learning_rate: Annotated[
+        float | None, typer.Option(min=0.0, help="RL learning rate (Adam).")
+    ] = None,
+    sft_hard_fraction: Annotated[
+        float | None,
+        typer.Option(
+            min=0.0, max=1.0, help="Share of hard problems in the warm start's data (0.03)."
+        ),
+    ] = None,
+    eval_every: Annotated[
+        int | None,
+        typer.Option(min=1, help="Score the validation split every n steps (default 10)."),
+    ] = None,
+    device: Annotated[str | None, typer.Option(help="cpu, cuda or cuda:N.")] = None,
+    threads: Annotated[
+        int | None,
+        typer.Option(min=1, help="torch CPU threads (default 1 on cpu: tiny ops, shared cores)."),
+    ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(min=1, help="Runs side by side, one process each (default: the preset's)."),
+    ] = None,
+    cache_dir: Annotated[
+        Path, typer.Option(help="Where warm starts are cached, one folder per config hash.")
+    ] = DEFAULT_CACHE,
+    output_dir: Annotated[
+        Path, typer.Option(help="Where lm.json, lm_trl_logs.json.gz and lm.png go.")
+    ] = Path("demo/lm"),
+    plot: Annotated[
+        Path | None, typer.Option(help="Write the curves here instead of <output-dir>/lm.png.")
+    ] = None,
+    no_plot: Annotated[bool, typer.Option("--no-plot", help="Write the JSON only.")] = False,
+) -> None:
+    """A tiny Qwen3 learns column addition through TRL's GRPOTrainer with each estimator.
+
+    Routine problems need no carry, hard ones (a quarter of the prompts) need one, which
+    the warm start rarely does. One supervised warm start (cached), then RL for every
+    estimator × seed with the same prompts per step; prints final test accuracy per tier
+    (mean ± SE) and budget's paired differences. Docs: The LM experiment.
+    """
+    if quick:
+        if preset not in ("default", "quick"):
+            raise typer.BadParameter("--quick is the quick preset", param_hint="--preset")
+        preset = "quick"
+    if preset not in PRESETS:
+        raise typer.BadParameter(
+            f"expected one of {tuple(PRESETS)}, got {preset!r}", param_hint="--preset"
+        )
+    overrides: dict[str, Any] = {}
+    if estimators is not None:
+        overrides["estimators"] = _estimator_names(estimators)
+    if seeds is not None:
+        overrides["seeds"] = tuple(range(seeds))
+    if steps is not None:
+        overrides["steps"] = steps
+    if learning_rate is not None:
+        overrides["learning_rate"] = learning_rate
+    if device is not None:
+        overrides["device"] = device
+    if eval_every is not None:
+        overrides["eval_every"] = eval_every
+    if sft_hard_fraction is not None:
+        overrides["sft_hard_fraction"] = sft_hard_fraction
+    try:
+        config = lm_config(preset, **overrides)
+    except ValueError as error:
+        raise CommandError(str(error), 2) from None
+    check_output_dir(output_dir, "--output-dir")
+    try:
+        import torch
+        import transformers  # noqa: F401
+        import trl  # noqa: F401
+    except ImportError as error:
+        package = (error.name or "trl").split(".")[0]
+        raise CommandError(
+            f"advbudget experiment lm needs {package}, which is not installed: in the "
+            'advbudget checkout run pip install -e ".[lm]"',
+            1,
+        ) from None
+    if not no_plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError as error:
+            raise CommandError(
+                missing_dependency(error, "the plot (or pass --no-plot)"), 1
+            ) from None
+    if config.device.startswith("cuda") and not torch.cuda.is_available():
+        raise CommandError(f"--device {config.device}: torch sees no CUDA device", 2)
+    torch.set_num_threads(threads or (1 if config.device == "cpu" else os.cpu_count() or 1))
+    _run(config, cache_dir.expanduser(), output_dir, plot, no_plot, workers or config.workers)
+
+
+def _run(
+    config: LMConfig,
+    cache_dir: Path,
+    output_dir: Path,
+    plot: Path | None,
+    no_plot: bool,
+    workers: int,
+) -> None:
+    import warnings
+
+    from ._experiment import run_experiment, write_outputs
+
+    console = Console()
+    console.width = max(console.width, 140)  # the summary table has 9 columns
+    started = time.perf_counter()
+    runs = len(config.estimators) * len(config.seeds)
+    console.print(
+        f"advbudget experiment lm: {', '.join(config.estimators)} × {len(config.seeds)} "
+        f"seeds × {config.steps} steps ({runs} runs, {workers} at a time) on {config.device}"
+    )
+    with (
+        Progress(
+            TextColumn("{task.description:<16}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+        ) as bars,
+        warnings.catch_warnings(),
+    ):
+        # trl 1.16 still calls transformers' deprecated gradient-checkpointing aliases.
+        warnings.filterwarnings("ignore", message=".*is deprecated and will be removed in v6")
+
+        def progress(label: str, total: int) -> Any:
+            task = bars.add_task(label, total=total)
+            return lambda step: bars.update(task, completed=step)
+
+        record = run_experiment(
+            config, cache_dir, log=console.print, progress=progress, workers=workers
+        )
+    paths = write_outputs(record, output_dir)
+    if not no_plot:
+        from ._plot import plot_curves
+
+        paths.append(plot_curves(record, plot or output_dir / "lm.png"))
+    console.print(summary_table(record))
+    console.print(differences_table(record))
+    elapsed = time.perf_counter() - started
+    console.print(f"{runs} runs in {elapsed:.0f} s; wrote {', '.join(str(p) for p in paths)}")
+
+
+def _cell(stat: dict[str, float], scale: float = 100.0, digits: int = 1) -> str:
+    return f"{stat['mean'] * scale:.{digits}f} ± {stat['se'] * scale:.{digits}f}"
+
+
+def summary_table(record: dict[str, Any]) -> Table:
+    summary = record["summary"]
+    n = record["config"]["eval_samples"]
+    table = Table(
+        title=f"final test accuracy, % (mean ± SE over {len(record['config']['seeds'])} seeds)"
+    )
+    for column in (
+        "arm",
+        f"routine avg@{n}",
+        f"routine pass@{n}",
+        f"hard avg@{n}",
+        f"hard pass@{n}",
+        "entropy",
+        "KL",
+        "κ_eff",
+        "skipped",
+    ):
+        table.add_column(column)
+    warm = summary["warm_start_test"]
+    table.add_row(
+        "warm start",
+        _cell(warm["routine/avg"]),
+        _cell(warm["routine/pass"]),
+        _cell(warm["hard/avg"]),
+        _cell(warm["hard/pass"]),
+        "",
+        "",
+        "",
+        "",
+    )
+    for name, arm in summary["arms"].items():
+        table.add_row(
+            name,
+            _cell(arm["routine/avg"]),
+            _cell(arm["routine/pass"]),
+            _cell(arm["hard/avg"]),
+            _cell(arm["hard/pass"]),
+            _cell(arm["final_entropy"], 1.0, 3),
+            _cell(arm["final_kl_to_warm_start"], 1.0, 3),
+            _cell(arm["kappa_eff_mean"], 1.0, 3),
+            _cell(arm["skipped_group_fraction_mean"], 1.0, 2),
+        )
+    return table
+
+
+def differences_table(record: dict[str, Any]) -> Table:
+    n = record["config"]["eval_samples"]
+    table = Table(title="paired differences (same seed, same prompts), points, mean ± SE")
+    for column in (
+        "difference",
+        f"routine avg@{n}",
+        f"routine pass@{n}",
+        f"hard avg@{n}",
+        f"hard pass@{n}",
+    ):
+        table.add_column(column)
+    for name, diff in record["summary"]["paired_differences"].items():
+        table.add_row(
+            name,
+            *(_cell(diff[k]) for k in ("routine/avg", "routine/pass", "hard/avg", "hard/pass")),
+        )
+    return table

@@ -1,0 +1,85 @@
+"""The verl command lines of docs/guides/verl.md and docs/reproducing.md, as written, through
+verl's own hydra composition, its legacy-key migration, its reward loader and its estimator
+registry: a key verl does not know, or a reward verl would not load, fails here."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("verl")
+
+from advbudget.adapters.verl.check_config import compose_config
+
+DOCS = Path(__file__).resolve().parents[3] / "docs"
+
+
+def _bash_blocks(page: str) -> list[str]:
+    text = (DOCS / page).read_text(encoding="utf-8")
+    return [b.replace("\\\n", " ") for b in re.findall(r"```bash\n(.*?)```", text, re.S)]
+
+
+def _overrides(block: str) -> list[str]:
+    """The hydra overrides of a block: its key=value words, comments and `...` left out."""
+    words = []
+    for line in block.splitlines():
+        words += shlex.split(line, comments=True)
+    return [w for w in words if re.fullmatch(r"\+?[\w.]+=\S+", w)]
+
+
+def _guide_block(needle: str, page: str = "guides/verl.md") -> list[str]:
+    (block,) = [b for b in _bash_blocks(page) if needle in b]
+    return _overrides(block)
+
+
+def _reward_fn(overrides: list[str]) -> Any:
+    from verl.experimental.reward_loop.reward_loop import migrate_legacy_reward_impl
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    return get_custom_reward_fn(migrate_legacy_reward_impl(compose_config(overrides)))
+
+
+@pytest.mark.parametrize("keys", ["as written", "legacy top-level"])
+def test_the_reward_block_loads_our_compute_score_with_its_options(keys: str) -> None:
+    overrides = _guide_block("custom_reward_function.path")
+    assert len(overrides) == 4
+    if keys == "legacy top-level":
+        overrides = [
+            o.replace("reward.custom_reward_function", "custom_reward_function") for o in overrides
+        ]
+    reward = _reward_fn(overrides)
+    assert reward is not None, "verl loaded no custom reward: the keys are not the ones it reads"
+    import advbudget.rewards.verl
+
+    assert reward.args[0] is advbudget.rewards.verl.compute_score
+    assert reward.args[1] == {"method": "math_verify", "wrong": 0.0}
+    assert reward("math_dapo", "so it is 1/2\nAnswer: \\frac{1}{2}", "0.5")["score"] == 1.0
+    assert reward("math_dapo", "Answer: 41", "42")["score"] == 0.0  # wrong=0.0, not -1.0
+
+
+def test_the_switch_and_the_recipe_compose_with_registered_estimators() -> None:
+    from verl.trainer.ppo import core_algos
+
+    import advbudget.adapters.verl as adapter
+
+    adapter.register_estimators()
+    commands = [
+        _guide_block("verl.trainer.main_ppo"),
+        _guide_block("verl.trainer.main_ppo", page="reproducing.md"),
+    ]
+    for overrides in commands:
+        config = compose_config(overrides)
+        core_algos.get_adv_estimator_fn(config.algorithm.adv_estimator)  # raises when unknown
+    assert compose_config(commands[0]).algorithm.advbudget.budget == 1.0
+
+
+def test_the_data_and_worker_lines_compose() -> None:
+    data = compose_config(_guide_block("data.train_files="))
+    assert data.data.train_files == "data/dapo/verl/train.parquet"
+    hook = compose_config(_guide_block("VERL_USE_EXTERNAL_MODULES"))
+    env = hook.ray_kwargs.ray_init.runtime_env.env_vars
+    assert env.VERL_USE_EXTERNAL_MODULES == "advbudget.adapters.verl"
