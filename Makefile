@@ -115,7 +115,8 @@ $(VENV_DEMO)/.installed: pyproject.toml
 
 demo: $(VENV_DEMO)/.installed
 	$(VENV_DEMO)/bin/advbudget explain --group-size 8 --plot demo/explain.png
-	$(VENV_DEMO)/bin/advbudget simulate --experiment compare --regime both --estimators grpo,dr,budget --seeds 4 --workers 2
+	$(VENV_DEMO)/bin/advbudget simulate --experiment compare --regime both \
+	  --estimators grpo,dr,budget --seeds 4 --workers 2
 
 bench-rewards: $(STAMP)
 	$(BIN)/python benchmarks/rewards_complexity.py

@@ -128,7 +128,7 @@ def test_prose_quotes_no_result():
 def _demo_simulate_command() -> list[str]:
     """The `advbudget simulate` line of the Makefile's demo recipe, as words."""
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
-    recipe = makefile.split("\ndemo:", 1)[1].split("\n\n", 1)[0]
+    recipe = makefile.split("\ndemo:", 1)[1].split("\n\n", 1)[0].replace("\\\n", " ")
     line = next(line for line in recipe.splitlines() if "advbudget simulate" in line)
     words = shlex.split(line.strip())
     return words[words.index("simulate") :]
