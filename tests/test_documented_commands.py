@@ -59,6 +59,22 @@ RULES: list[tuple[str, Run | Covered]] = [
         ),
     ),
     (r"advbudget (explain|estimators)\b.*", Run()),
+    (r"advbudget simulate --quick", Run()),
+    (
+        r"advbudget simulate( .*)?",
+        Covered(
+            "tests/test_sim_docs.py::test_every_command_on_the_page_parses_and_configures",
+            "each parses and configures what its stored JSON holds; the page is that JSON",
+        ),
+    ),
+    (
+        r"python -m advbudget\.sim\._docs",
+        Covered("tests/test_sim_docs.py::test_docs_script_check_passes", "its check mode"),
+    ),
+    (
+        r"python docs/scripts/make_figures\.py",
+        Covered("tests/test_docs.py::test_make_figures_writes_pngs", "into a temporary folder"),
+    ),
     (r"advbudget data prepare --sample .*", Run()),
     (
         r"advbudget data prepare -o data/dapo --source \S+ --val-size \d+",
@@ -240,15 +256,25 @@ RULES: list[tuple[str, Run | Covered]] = [
 ]
 
 
+# In an unlabelled fence (often output beside commands), a line is a command when its
+# first word is one of these.
+COMMAND_WORDS = ("advbudget", "make", "python", "python3", "bash", "pip", "accelerate", "ray")
+
+
 def documented_commands() -> list[tuple[str, str]]:
-    """(page, command) for every command line of every bash block: continuations joined,
-    comments dropped, `a && b` split."""
+    """(page, command) for every command line of every shell block, and for the lines of
+    unlabelled blocks that start with a command word: continuations joined, comments
+    dropped, `a && b` split."""
     found = []
     for page in PAGES:
         text = page.read_text(encoding="utf-8")
-        for block in re.findall(r"```(?:bash|sh|shell|console)\n(.*?)```", text, re.S):
+        for language, block in re.findall(r"```(\w*)\n(.*?)```", text, re.S):
+            if language not in ("bash", "sh", "shell", "console", ""):
+                continue
             for line in re.sub(r"\\\n\s*", " ", block).splitlines():
                 line = re.sub(r"(^|\s)#.*$", "", line).strip()
+                if not language and line.split(" ", 1)[0] not in COMMAND_WORDS:
+                    continue
                 for command in filter(None, (c.strip() for c in line.split("&&"))):
                     found.append((str(page.relative_to(ROOT)), re.sub(r"\s+", " ", command)))
     return found
@@ -303,4 +329,4 @@ def test_the_runnable_commands_run_as_written(tmp_path: Path) -> None:
         )
         assert out.returncode == 0, f"{page}: {command}\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}"
         ran += 1
-    assert ran >= 6
+    assert ran >= 7
