@@ -80,19 +80,22 @@ def run_rl(
     for parameter in reference.parameters():
         parameter.requires_grad_(False)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    eval_seed = 20_000 + seed
 
-    def held_out(network: Any) -> dict[str, float]:
+    def score(network: Any, problems: Any, eval_seed: int, kl_to: Any = None) -> dict[str, float]:
+        """The held-out metrics, sampled as in training (validation and test alike)."""
         return evaluate(
             network,
             tokenizer,
-            splits.validation,
+            problems,
             samples=config.eval_samples,
             max_new_tokens=config.max_completion_length,
             temperature=config.temperature,
             seed=eval_seed,
-            reference=reference,
+            reference=kl_to,
         )
+
+    def held_out(network: Any) -> dict[str, float]:
+        return score(network, splits.validation, 20_000 + seed, kl_to=reference)
 
     evaluations: dict[int, dict[str, float]] = {}
 
@@ -163,25 +166,8 @@ def run_rl(
         changed = any(
             not torch.equal(p.detach().cpu(), before[n].cpu()) for n, p in policy.named_parameters()
         )
-        test = evaluate(
-            policy,
-            tokenizer,
-            splits.test,
-            samples=config.eval_samples,
-            max_new_tokens=config.max_completion_length,
-            temperature=config.temperature,
-            seed=30_000 + seed,
-            reference=reference,
-        )
-        test_start = evaluate(
-            reference,
-            tokenizer,
-            splits.test,
-            samples=config.eval_samples,
-            max_new_tokens=config.max_completion_length,
-            temperature=config.temperature,
-            seed=30_000 + seed,
-        )
+        test = score(policy, splits.test, 30_000 + seed, kl_to=reference)
+        test_start = score(reference, splits.test, 30_000 + seed)
         del trainer
     return {
         "estimator": estimator,
