@@ -28,6 +28,7 @@ from ._benchmarks import BENCHMARKS
 from ._run import (
     GENERATIONS,
     GRADERS,
+    SCORES,
     SETTINGS,
     EvalReport,
     _complete_lines,
@@ -146,7 +147,7 @@ def eval_command(
         raise fail(f"interrupted (Ctrl-C); {_saved(output_dir / GENERATIONS)}", 130) from None
     for table in report_table(report, console):
         console.print(table)
-    console.print(f"Scores in [bold]{output_dir / 'scores.json'}[/bold]")
+    console.print(f"Scores in [bold]{output_dir / SCORES}[/bold]")
     console.print_json(json.dumps(report.to_dict()["benchmarks"]["average"]))
 
 

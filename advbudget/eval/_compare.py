@@ -21,8 +21,8 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from .._cli_errors import CommandError, cli_errors
+from ._run import SCORES
 
-SCORES = "scores.json"
 AVERAGE = "average"
 METRICS = ("both", "avg", "pass")
 # The paper's largest gains of budgeting over a baseline, in points (arXiv 2611.05942).

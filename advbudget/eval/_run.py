@@ -28,6 +28,7 @@ from ._metrics import avg_at_k, mean_pass_at_k
 GRADERS = ("math_verify", "dapo")
 GENERATIONS = "generations.jsonl"
 SETTINGS = "settings.json"
+SCORES = "scores.json"
 # The settings a resumed run must share with the run it continues.
 RESUME_KEYS = (
     "model", "benchmarks", "n", "ks", "temperature", "max_new_tokens", "seed", "grader",
@@ -226,9 +227,7 @@ def evaluate(
     config["generator"] = type(generator).__name__
     report = EvalReport(score(records, ks), config)
     if output_dir is not None:
-        _write_atomic(
-            Path(output_dir) / "scores.json", json.dumps(report.to_dict(), indent=2) + "\n"
-        )
+        write_scores(Path(output_dir), report)
     return report
 
 
@@ -481,7 +480,13 @@ def write_outputs(output_dir: Path, records: list[dict[str, Any]], report: EvalR
     output_dir.mkdir(parents=True, exist_ok=True)
     lines = "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
     _write_atomic(output_dir / GENERATIONS, lines)
-    _write_atomic(output_dir / "scores.json", json.dumps(report.to_dict(), indent=2) + "\n")
+    write_scores(output_dir, report)
+
+
+def write_scores(output_dir: Path, report: EvalReport) -> None:
+    """``scores.json`` (what ``advbudget compare`` reads), written beside its place and
+    renamed into it."""
+    _write_atomic(output_dir / SCORES, json.dumps(report.to_dict(), indent=2) + "\n")
 
 
 class _progress:
