@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import typer
 from typer.testing import CliRunner
 
+from advbudget.cli import app
 from advbudget.core._catalogue import BUILTINS
 from advbudget.sim import (
     ExperimentConfig,
@@ -28,7 +28,6 @@ from advbudget.sim import (
     surrogate_loss,
     train,
 )
-from advbudget.sim._cli import simulate_command
 
 SMALL = TaskConfig(train_prompts=256, validation_prompts=256)
 # Specialists start likely and half the types are routine: every estimator learns fast.
@@ -203,24 +202,13 @@ def test_experiment_summaries():
     assert len(entropy.entropy_coefs) > 1
 
 
-def cli_app():
-    app = typer.Typer()
-    app.command("simulate")(simulate_command)
-
-    @app.callback()
-    def main() -> None:
-        """Throwaway app: the command is wired into advbudget's CLI elsewhere."""
-
-    return app
-
-
 @pytest.mark.parametrize("experiment", ["compare", "kappa", "entropy", "kl", "group-size"])
 def test_cli_quick_writes_json_and_pngs(tmp_path, experiment):
     out = tmp_path / "demo"
     plot = experiment in ("compare", "entropy")  # plotting is the slow part: twice is enough
     args = ["simulate", "--experiment", experiment, "--quick", "--output-dir", str(out),
             "--steps", "12", *([] if plot else ["--no-plot"])]  # fmt: skip
-    result = CliRunner().invoke(cli_app(), args, env={"COLUMNS": "80"})
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
     stem = f"{experiment}-transient"
     assert (
@@ -246,7 +234,7 @@ def test_cli_quick_writes_json_and_pngs(tmp_path, experiment):
 def test_cli_options_reach_the_config(tmp_path):
     args = ["simulate", "--quick", "--estimators", "dr,budget", "--seeds", "1", "--steps", "5",
             "-G", "4", "-B", "8", "--beta", "0.5", "--output-dir", str(tmp_path)]  # fmt: skip
-    result = CliRunner().invoke(cli_app(), args)
+    result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     config = json.loads((tmp_path / "compare-transient.json").read_text())["config"]
     assert config["estimators"] == ["dr", "budget"]
@@ -265,7 +253,7 @@ def test_cli_options_reach_the_config(tmp_path):
     ],
 )
 def test_cli_rejects_bad_values(tmp_path, args, hint):
-    result = CliRunner().invoke(cli_app(), ["simulate", "--quick", *args])
+    result = CliRunner().invoke(app, ["simulate", "--quick", *args])
     assert result.exit_code == 2
     assert hint in result.output
 

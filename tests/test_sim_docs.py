@@ -14,11 +14,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
+from advbudget.cli import app
 from advbudget.sim import EXPERIMENTS, REGIMES, TaskConfig, _docs, experiment_config, map_config
-from advbudget.sim._cli import simulate_command
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "simulation.md"
@@ -26,17 +25,6 @@ DATA = ROOT / "docs" / "data" / "sim"
 TEXT = PAGE.read_text(encoding="utf-8")
 BLOCKS = dict(_docs.blocks(TEXT))
 STORED = sorted(name for name in BLOCKS if name not in ("task", "skills"))
-
-
-def cli_app():
-    app = typer.Typer()
-    app.command("simulate")(simulate_command)
-
-    @app.callback()
-    def main() -> None:
-        """Throwaway app: the command is wired into advbudget's CLI elsewhere."""
-
-    return app
 
 
 def test_the_page_has_every_block():
@@ -56,7 +44,7 @@ def test_task_block_equals_the_describe_command():
     # The block shows `advbudget simulate --regime both --describe`: run it and find every
     # number of the block's rows in its output.
     result = CliRunner().invoke(
-        cli_app(), ["simulate", "--regime", "both", "--describe"], env={"COLUMNS": "120"}
+        app, ["simulate", "--regime", "both", "--describe"], env={"COLUMNS": "120"}
     )
     assert result.exit_code == 0, result.output
     assert "advbudget simulate --regime both --describe" in BLOCKS["task"]
@@ -79,7 +67,7 @@ def test_stored_json_is_what_the_shown_command_configures(name):
     assert f"```\n{command}\n```" in BLOCKS[name]
     words = shlex.split(command)
     assert words[:2] == ["advbudget", "simulate"]
-    result = CliRunner().invoke(cli_app(), ["simulate", *words[2:], "--print-config"])
+    result = CliRunner().invoke(app, ["simulate", *words[2:], "--print-config"])
     assert result.exit_code == 0, result.output
     configs = json.loads(result.output)
     if name == "map":
@@ -136,11 +124,11 @@ def _demo_simulate_command() -> list[str]:
 
 def test_make_demo_runs_both_regimes_in_80_columns(tmp_path):
     words = _demo_simulate_command()
-    configs = json.loads(CliRunner().invoke(cli_app(), [*words, "--print-config"]).output)
+    configs = json.loads(CliRunner().invoke(app, [*words, "--print-config"]).output)
     assert [config["regime"] for config in configs] == ["transient", "persistent"]
     # The same command, shrunk to seconds: two tables, two readings, the pointer.
     quick = [*words, "--quick", "--steps", "6", "--output-dir", str(tmp_path)]
-    result = CliRunner().invoke(cli_app(), quick, env={"COLUMNS": "80"})
+    result = CliRunner().invoke(app, quick, env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert max(len(line) for line in lines) <= 80
@@ -165,7 +153,7 @@ def test_every_command_on_the_page_parses_and_configures(command):
     # The long ones are run for the stored JSON (checked above); here each is parsed
     # and configured exactly as written, which fails on any unknown or bad option.
     words = shlex.split(command)[2:]
-    result = CliRunner().invoke(cli_app(), ["simulate", *words, "--print-config"])
+    result = CliRunner().invoke(app, ["simulate", *words, "--print-config"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)
 

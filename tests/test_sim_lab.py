@@ -9,9 +9,9 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-import typer
 from typer.testing import CliRunner
 
+from advbudget.cli import app
 from advbudget.sim import (
     REGIMES,
     RunConfig,
@@ -28,25 +28,13 @@ from advbudget.sim import (
     train,
 )
 from advbudget.sim._ceiling import expected_accuracy
-from advbudget.sim._cli import simulate_command
 from advbudget.sim._task import hard_types_discovered
 
 SMALL = TaskConfig(train_prompts=256, validation_prompts=256)
 
 
-def cli_app():
-    app = typer.Typer()
-    app.command("simulate")(simulate_command)
-
-    @app.callback()
-    def main() -> None:
-        """Throwaway app: the command is wired into advbudget's CLI elsewhere."""
-
-    return app
-
-
 def invoke(*args, columns=80):
-    return CliRunner().invoke(cli_app(), ["simulate", *args], env={"COLUMNS": str(columns)})
+    return CliRunner().invoke(app, ["simulate", *args], env={"COLUMNS": str(columns)})
 
 
 # The task -------------------------------------------------------------------------------
