@@ -66,7 +66,18 @@ def validate(config: Any) -> None:
 
 
 def concerns(config: Any) -> list[str]:
-    """What is valid to verl but would waste a run: one line each, naming the setting."""
+    """What is valid to verl but would waste a run: one line each, naming the setting.
+
+    Example:
+        >>> config = compose_config(
+        ...     ["algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=1",
+        ...      "data.train_files=/nonexistent/train.parquet", "data.val_files=[]"]
+        ... )
+        >>> for line in concerns(config):
+        ...     print(line.split(":")[0])
+        actor_rollout_ref.rollout.n=1
+        data.train_files
+    """
     found = []
     estimator = config.algorithm.adv_estimator
     group_size = config.actor_rollout_ref.rollout.n
@@ -87,7 +98,20 @@ def concerns(config: Any) -> list[str]:
 
 
 def summary(config: Any) -> str:
-    """The settings a run is told apart by, on one line."""
+    """The settings a run is told apart by, on one line.
+
+    Example:
+        >>> line = summary(compose_config(["algorithm.adv_estimator=reward_budget"]))
+        >>> for setting in line.split():
+        ...     print(setting)
+        estimator=reward_budget
+        policy_loss=vanilla
+        loss_agg_mode=token-mean
+        model=...
+        rollout.n=1
+        train_batch_size=1024
+        total_epochs=30
+    """
     actor = config.actor_rollout_ref.actor
     steps = config.trainer.total_training_steps
     return (
