@@ -528,11 +528,15 @@ def write_json(
         >>> json.loads(path.read_text())["config"]["estimators"]
         ['dr']
     """
+    data = {**to_json(result, curve_stride=curve_stride), **(extra or {})}
+    return _write_compact_json(data, path)
+
+
+def _write_compact_json(data: Any, path: str | Path) -> Path:
+    """``data`` as compact JSON at ``path`` (folders created), non-finite floats as null."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = {**to_json(result, curve_stride=curve_stride), **(extra or {})}
-    text = json.dumps(_sanitize(data), separators=(",", ":"), allow_nan=False)
-    path.write_text(text)
+    path.write_text(json.dumps(_sanitize(data), separators=(",", ":"), allow_nan=False))
     return path
 
 

@@ -8,7 +8,6 @@ on it, so the differences are paired: per seed, then mean ± standard error over
 
 from __future__ import annotations
 
-import json
 import math
 import multiprocessing
 from collections.abc import Callable
@@ -19,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ._ceiling import BOUND_ITERATIONS, CEILING_ITERATIONS, policy_ceiling
-from ._experiment import ESCAPE_FRACTION, _sanitize, cached_task
+from ._experiment import ESCAPE_FRACTION, _write_compact_json, cached_task
 from ._task import TaskConfig
 from ._train import RunConfig, train
 
@@ -265,8 +264,14 @@ def _map_job(job: tuple[int, tuple[str, Any, TaskConfig]]) -> tuple[int, dict[st
 
 
 def write_map_json(result: dict[str, Any], path: str | Path) -> Path:
-    """Write a :func:`run_map` result to ``path`` (folders are created)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_sanitize(result), separators=(",", ":"), allow_nan=False))
-    return path
+    """Write a :func:`run_map` result to ``path`` (folders are created; NaN as null).
+
+    Examples:
+        >>> import json, tempfile, pathlib
+        >>> from advbudget.sim import write_map_json
+        >>> target = pathlib.Path(tempfile.mkdtemp()) / "m.json"
+        >>> path = write_map_json({"cells": [0.5, float("nan")]}, target)
+        >>> json.loads(path.read_text())
+        {'cells': [0.5, None]}
+    """
+    return _write_compact_json(result, path)
