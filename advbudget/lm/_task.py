@@ -66,7 +66,13 @@ def carries(a: int, b: int) -> int:
 
 
 def tier_of(a: int, b: int) -> Tier:
-    """``"routine"`` when the addition needs no carry, else ``"hard"``."""
+    """``"routine"`` when the addition needs no carry, else ``"hard"``.
+
+    Examples:
+        >>> from advbudget.lm import tier_of
+        >>> tier_of(23, 45), tier_of(27, 45)
+        ('routine', 'hard')
+    """
     return "routine" if carries(a, b) == 0 else "hard"
 
 
