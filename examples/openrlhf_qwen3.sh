@@ -25,6 +25,23 @@
 # WANDB_API_KEY is set. vLLM hybrid engine (colocated, sleep mode), Ray job submit. Extra
 # arguments go to OpenRLHF. Every flag parses with OpenRLHF 0.11.2's parser (tested on a
 # CPU without vLLM); the full run needs GPUs and has not been run by the advbudget tests.
+#
+# CPU mode (no GPU; what the advbudget tests run): CPU_LOOP=1 bash examples/openrlhf_qwen3.sh
+# runs this script's own flags for CPU_STEPS steps (default 2) through OpenRLHF's real loop
+# (PPOTrainer, DeepSpeed ZeRO-3 actor and reference, RolloutRayActor, weight sync,
+# checkpoints) on a tiny random Qwen3 built locally (advbudget.tiny) and the bundled
+# 64-problem sample (advbudget data prepare --sample), with the CPU harness of
+# tests/adapters/openrlhf/cpu_loop on PYTHONPATH (CUDA calls patched, a vLLM stand-in that
+# generates with transformers, fake GPUs for Ray). It overrides only what a CPU needs: a
+# local Ray instead of `ray job submit`; one engine, --vllm.sync_backend gloo, sdpa; no
+# packing, colocation or sleep modes; no TensorBoard (not installed by `make test`); 2
+# prompts per step; a reward file with variance inside groups (cpu_loop/parity_reward.py:
+# a random model fails every problem); lr 1e-3 without warm-up (a step of 1e-6, or the
+# warm-up's first step at lr 0, leaves bf16 weights unchanged); a checkpoint every
+# CPU_STEPS steps. It stops after training (the evaluation needs vLLM).
+# Variables: CPU_DIR (model, data, checkpoints; default a new temporary folder), CPU_STEPS,
+# NGPUS (data-parallel ranks of the actor and the reference, default 1), KAPPA_EVERY,
+# BASELINE, BUDGET, ESTIMATOR as above; extra arguments go to OpenRLHF last (they win).
 set -euo pipefail
 
 MODE=train
@@ -38,6 +55,13 @@ for arg in "$@"; do
 done
 
 PYTHON=${PYTHON:-python3}
+CPU_LOOP=${CPU_LOOP:-0}
+if [ "$CPU_LOOP" = 1 ]; then  # CPU mode's defaults (see the header)
+  CPU_DIR=${CPU_DIR:-$(mktemp -d -t advbudget-openrlhf-cpu.XXXXXX)}
+  CPU_STEPS=${CPU_STEPS:-2}
+  : "${MODEL:=$CPU_DIR/tiny-qwen3}" "${DATA_DIR:=$CPU_DIR/data}" "${CKPT_DIR:=$CPU_DIR/run}"
+  : "${NGPUS:=1}" "${VLLM_TP:=1}" "${MAX_RESPONSE:=16}" "${TOTAL_STEPS:=$CPU_STEPS}"
+fi
 BASELINE=${BASELINE:-grpo}         # grpo (OpenRLHF's group_norm) | dr_grpo | gspo | dapo
 BUDGET=${BUDGET:-1}                # 1: reward budgeting; 0: the baseline's own advantages
 BUDGET_TOTAL=${BUDGET_TOTAL:-1.0}
@@ -157,6 +181,51 @@ FLAGS=(
   "${DAPO[@]+"${DAPO[@]}"}"
   "${ARGS[@]+"${ARGS[@]}"}"
 )
+
+if [ "$CPU_LOOP" = 1 ]; then
+  # This script's flags, less what needs CUDA or flash-attn, plus the CPU settings; the
+  # extra arguments (ARGS) stay last so that they can override any of them.
+  HARNESS=$(cd "$(dirname "$0")/.." && pwd)/tests/adapters/openrlhf/cpu_loop
+  OWN=("${FLAGS[@]:0:${#FLAGS[@]}-${#ARGS[@]}}")
+  FLAGS=()
+  skip=0
+  for flag in "${OWN[@]}"; do
+    if [ "$skip" -gt 0 ]; then skip=$((skip - 1)); continue; fi
+    case "$flag" in
+      --train.colocate_all|--vllm.enable_sleep|--ds.enable_sleep|--ds.packing_samples) continue ;;
+      --logger.tensorboard_dir) skip=1; continue ;;
+    esac
+    FLAGS+=("$flag")
+  done
+  CPU_PROMPTS=2
+  FLAGS+=(
+    --vllm.num_engines 1 --vllm.tensor_parallel_size 1 --vllm.sync_backend gloo
+    --ds.attn_implementation sdpa
+    --reward.remote_url "$HARNESS/parity_reward.py"
+    --data.max_samples $((CPU_STEPS * CPU_PROMPTS))
+    --rollout.batch_size "$CPU_PROMPTS" --train.batch_size $((CPU_PROMPTS * 8))
+    --actor.adam.lr 1e-3 --actor.lr_warmup_ratio 0
+    --ckpt.save_steps "$CPU_STEPS"
+    "${ARGS[@]+"${ARGS[@]}"}"
+  )
+  # Fake GPUs for the local Ray: actor and reference ranks, one engine.
+  CPU_ENV=(PYTHONPATH="$HARNESS:$HARNESS/../stubs${PYTHONPATH:+:$PYTHONPATH}"
+    RAY_OVERRIDE_RESOURCES="{\"CPU\": 16, \"GPU\": $((2 * NGPUS + 1))}" RAY_DEDUP_LOGS=0)
+  if [ "$MODE" = print ]; then
+    printf '%q ' env "${CPU_ENV[@]}" "$PYTHON" -m advbudget.adapters.openrlhf "${FLAGS[@]}"
+    echo; exit 0
+  fi
+  if [ "$MODE" = train ]; then
+    echo "CPU mode: model, data and checkpoints in $CPU_DIR" >&2
+    [ -f "$MODEL_PATH/config.json" ] ||
+      "$PYTHON" -c 'import sys; from advbudget.tiny import build_tiny_model as b; b(sys.argv[1])' \
+        "$MODEL_PATH"
+    [ -f "$DATA_DIR/dapo/openrlhf/val.jsonl" ] ||
+      "$PYTHON" -c 'from advbudget.cli import main; main()' data prepare --sample \
+        --format openrlhf --val-size 8 --output-dir "$DATA_DIR/dapo"
+    exec env "${CPU_ENV[@]}" "$PYTHON" -m advbudget.adapters.openrlhf "${FLAGS[@]}"
+  fi
+fi
 
 case "$MODE" in
   parse-only) exec "$PYTHON" -m advbudget.adapters.openrlhf --advbudget.parse_only "${FLAGS[@]}" ;;

@@ -156,6 +156,13 @@ RULES: list[tuple[str, Run | Covered]] = [
         ),
     ),
     (
+        r"CPU_LOOP=1 (\w+=\S+ )*bash examples/openrlhf_qwen3\.sh",
+        Covered(
+            "tests/adapters/openrlhf/test_loop.py::test_every_step_runs_our_estimator_inside_the_trainer_actor",
+            "in the OpenRLHF environment: the script's CPU mode, OpenRLHF's real loop",
+        ),
+    ),
+    (
         r"(\w+=\S+ )*bash examples/openrlhf_qwen3\.sh",
         Covered(
             "tests/adapters/openrlhf/test_example.py::test_every_baseline_model_and_budget_parses",

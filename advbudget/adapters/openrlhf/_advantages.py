@@ -305,6 +305,14 @@ def _remember_for_kappa(maker: Any, experiences: list[Any], result: Any) -> None
     nothing is kept when κ_eff is off."""
     if not kappa_every(maker.strategy.args):
         return
+    stale = getattr(maker, "_advbudget_kappa_pairs", None) is not None
+    if stale and not getattr(maker, "_advbudget_kappa_warned", False):
+        # The κ_eff hook after ppo_train releases them every step: it did not run (once).
+        maker._advbudget_kappa_warned = True
+        _logger.warning(
+            "advbudget: κ_eff is not running: the previous step's pairs were never used (the "
+            "trainer's ppo_train is not advbudget's; see advbudget.adapters.openrlhf._patch)"
+        )
     maker._advbudget_kappa_pairs = KappaPairs(experiences=experiences, pairs=kappa_pairs(result))
 
 

@@ -92,19 +92,34 @@ def actor_forward(trainer: Any) -> Forward:
 
 
 def after_update(trainer: Any, global_steps: int) -> dict[str, float]:
-    """The κ_eff status for this step when due (``global_steps % kappa_every == 0``)."""
+    """The κ_eff status for this step when due: every ``kappa_every``-th update.
+
+    ``global_steps`` is what OpenRLHF's ``train_step`` passes to ``ppo_train``: the count of
+    updates before this one (``ppo_trainer.py:241``); the status is logged as step
+    ``global_steps + 1`` (``:264``, ``:551``). So steps K, 2K, ... of the logs carry κ_eff,
+    and a resumed run (its count restored from the checkpoint) keeps the schedule.
+    A due pass that cannot run says why in one warning; the step goes on.
+    """
     from ._advantages import kappa_every
 
     pairs = getattr(trainer.experience_maker, "_advbudget_kappa_pairs", None)
     trainer.experience_maker._advbudget_kappa_pairs = None  # never hold a step's batch longer
     every = kappa_every(trainer.args)
-    if pairs is None or not every or global_steps % every:
+    step = global_steps + 1
+    if not every or step % every:
+        return {}
+    if pairs is None:
+        _logger.warning(
+            "advbudget: κ_eff skipped at step %d: no pairs were kept for this step (our "
+            "compute_advantages_and_returns did not run in this process)",
+            step,
+        )
         return {}
     try:
         status = kappa_eff_status(pairs, actor_forward(trainer))
     except Exception as error:  # a metric is never worth the step (OOM, a dead actor, ...)
         _logger.warning(
-            "advbudget: κ_eff skipped at step %d: %s: %s", global_steps, type(error).__name__, error
+            "advbudget: κ_eff skipped at step %d: %s: %s", step, type(error).__name__, error
         )
         return {}
     # A value the step does not have (NaN) is left out: OpenRLHF would log NaN.

@@ -8,7 +8,16 @@
   OpenRLHF's own method, unchanged;
 - ``BasePPOTrainer.ppo_train`` (``ppo_trainer.py``; the sync ``PPOTrainer`` and the async
   ``TrainingActor`` both inherit it): after the update, every ``--advbudget.kappa_every``
-  steps, adds ``advbudget/kappa_eff/*`` to the status OpenRLHF logs.
+  steps, adds ``advbudget/kappa_eff/*`` to the status OpenRLHF logs;
+- ``BasePPOTrainer.__init__``: binds that wrapper on the trainer instance too. ``@ray.remote``
+  copies every method, inherited ones included, onto the actor class when the class is
+  decorated (ray 2.55: ``actor.py:2684`` ``_inject_tracing_into_class`` sets a tracing
+  wrapper of each member from ``inspect.getmembers`` on the subclass,
+  ``util/tracing/tracing_helper.py:512-572``). ``PPOTrainer`` is decorated while
+  ``ppo_trainer.py`` executes, before the patch on import can run, so ``PPOTrainer.ppo_train``
+  is a copy of OpenRLHF's original that shadows the patched base method, and the actor
+  (unpickled from the driver's class) never runs the κ_eff pass. The instance attribute
+  wins over both copies, whatever the import order and the driver did.
 
 Both run inside a Ray actor (``PPOTrainer``), not the driver, so the patch must be installed
 there: pass :data:`HOOK` as Ray's ``worker_process_setup_hook``::
@@ -60,25 +69,54 @@ def _wrap_ppo_train(original: Any) -> Any:
     return ppo_train_patched
 
 
-# module -> (class, method, wrapper factory): every method we patch.
-_TARGETS: dict[str, tuple[str, str, Callable[[Any], Any]]] = {
-    "openrlhf.trainer.ppo_utils.experience_maker": (
-        "RemoteExperienceMaker",
-        "compute_advantages_and_returns",
-        _wrap_compute_advantages_and_returns,
-    ),
-    "openrlhf.trainer.ppo_trainer": ("BasePPOTrainer", "ppo_train", _wrap_ppo_train),
+def bind_ppo_train(trainer: Any) -> None:
+    """Make ``trainer.ppo_train`` run the κ_eff pass, whatever its class holds.
+
+    In a Ray actor ``type(trainer).ppo_train`` is Ray's copy of OpenRLHF's original (see the
+    module docstring); an instance attribute shadows it. A no-op when the class already
+    resolves to our wrapper (a plain subclass, or one decorated after the patch: its copy
+    wraps ours, and ``functools.wraps`` carries our mark onto the copy).
+    """
+    method = type(trainer).ppo_train
+    if not hasattr(method, _MARK):
+        patched = _wrap_ppo_train(method)
+        setattr(patched, _MARK, method)
+        trainer.ppo_train = types.MethodType(patched, trainer)
+
+
+def _wrap_init(original: Any) -> Any:
+    @functools.wraps(original)
+    def init_patched(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        bind_ppo_train(self)
+
+    return init_patched
+
+
+# module -> [(class, method, wrapper factory)]: every method we patch.
+_TARGETS: dict[str, list[tuple[str, str, Callable[[Any], Any]]]] = {
+    "openrlhf.trainer.ppo_utils.experience_maker": [
+        (
+            "RemoteExperienceMaker",
+            "compute_advantages_and_returns",
+            _wrap_compute_advantages_and_returns,
+        ),
+    ],
+    "openrlhf.trainer.ppo_trainer": [
+        ("BasePPOTrainer", "ppo_train", _wrap_ppo_train),
+        ("BasePPOTrainer", "__init__", _wrap_init),
+    ],
 }
 
 
 def _patch(module: types.ModuleType) -> None:
-    cls_name, method, wrap = _TARGETS[module.__name__]
-    cls = getattr(module, cls_name)
-    original = getattr(cls, method)
-    if not hasattr(original, _MARK):
-        patched = wrap(original)
-        setattr(patched, _MARK, original)
-        setattr(cls, method, patched)
+    for cls_name, method, wrap in _TARGETS[module.__name__]:
+        cls = getattr(module, cls_name)
+        original = cls.__dict__[method]  # the class's own: never a base's, never a copy
+        if not hasattr(original, _MARK):
+            patched = wrap(original)
+            setattr(patched, _MARK, original)
+            setattr(cls, method, patched)
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):
@@ -130,18 +168,21 @@ def install() -> None:
 def uninstall() -> None:
     """Restore OpenRLHF's own methods and stop patching on import."""
     sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _PatchOnImport)]
-    for name, (cls_name, method, _) in _TARGETS.items():
-        if name in sys.modules:
+    for name, targets in _TARGETS.items():
+        if name not in sys.modules:
+            continue
+        for cls_name, method, _ in targets:
             cls = getattr(sys.modules[name], cls_name)
-            original = getattr(getattr(cls, method), _MARK, None)
+            original = getattr(cls.__dict__[method], _MARK, None)
             if original is not None:
                 setattr(cls, method, original)
 
 
 def is_installed() -> bool:
     """Whether OpenRLHF's trainer, once imported, runs patched in this process (imports it)."""
-    for name, (cls_name, method, _) in _TARGETS.items():
+    for name, targets in _TARGETS.items():
         module = importlib.import_module(name)
-        if not hasattr(getattr(getattr(module, cls_name), method), _MARK):
-            return False
+        for cls_name, method, _ in targets:
+            if not hasattr(getattr(module, cls_name).__dict__[method], _MARK):
+                return False
     return True

@@ -79,8 +79,23 @@ def test_failing_kappa_pass_is_skipped(
     trainer = SimpleNamespace(args=args, experience_maker=_Maker(object()))
     with caplog.at_level("WARNING", logger="advbudget.adapters.openrlhf"):
         assert _kappa.after_update(trainer, 3) == {}
-    assert "κ_eff skipped at step 3" in caplog.text
+    assert "κ_eff skipped at step 4" in caplog.text  # ppo_train(3): OpenRLHF's step 4
     assert trainer.experience_maker._advbudget_kappa_pairs is None
+
+
+def test_due_kappa_pass_without_pairs_says_why(caplog: pytest.LogCaptureFixture) -> None:
+    """A due step whose pairs were never kept (our advantages did not run in this process)
+    is a warning, not a silent gap; a step that is not due says nothing."""
+    from types import SimpleNamespace
+
+    args = make_args("reward_budget", 4)
+    args.advbudget = SimpleNamespace(kappa_every=2)
+    trainer = SimpleNamespace(args=args, experience_maker=_Maker(None))
+    with caplog.at_level("WARNING", logger="advbudget.adapters.openrlhf"):
+        assert _kappa.after_update(trainer, 0) == {}  # step 1: not due
+        assert not caplog.text
+        assert _kappa.after_update(trainer, 1) == {}  # step 2: due
+    assert "κ_eff skipped at step 2: no pairs were kept" in caplog.text
 
 
 def test_nan_rewards_follow_the_configured_nan_policy() -> None:

@@ -140,7 +140,9 @@ class ActorGroup:
         return [ray.put(results)]
 
 
-def make_trainer(estimator: str, kappa_every: int, prompts: int = 6) -> Any:
+def make_trainer(
+    estimator: str, kappa_every: int, prompts: int = 6, trainer_class: Any = None
+) -> Any:
     from openrlhf.trainer.ppo_trainer import BasePPOTrainer
 
     actor = tiny_actor()
@@ -153,7 +155,7 @@ def make_trainer(estimator: str, kappa_every: int, prompts: int = 6) -> Any:
     experiences = experiences_with_sequences(actor, prompts)
     maker.compute_advantages_and_returns(experiences)  # patched: ours, or OpenRLHF's
 
-    trainer = object.__new__(BasePPOTrainer)
+    trainer = object.__new__(trainer_class or BasePPOTrainer)
     trainer.args = args
     trainer.strategy = maker.strategy
     trainer.experience_maker = maker
@@ -223,7 +225,14 @@ def test_kappa_eff_after_the_update_matches_a_hand_computation() -> None:
 @pytest.mark.usefixtures("local_ray")
 @pytest.mark.parametrize(
     ("estimator", "kappa_every", "step"),
-    [("reward_budget", 2, 1), ("reward_budget", 0, 4), ("group_norm", 1, 1)],
+    # ppo_train(k) is the (k+1)-th update (OpenRLHF logs it as step k+1): with
+    # kappa_every 2, updates 1 and 3 are not due.
+    [
+        ("reward_budget", 2, 0),
+        ("reward_budget", 2, 2),
+        ("reward_budget", 0, 4),
+        ("group_norm", 1, 1),
+    ],
 )
 def test_no_kappa_pass_when_not_due_off_or_not_ours(
     estimator: str, kappa_every: int, step: int
@@ -238,6 +247,70 @@ def test_no_kappa_pass_when_not_due_off_or_not_ours(
     assert not any(key.startswith("advbudget/") for key in status)
     assert trainer.actor_model_group.forward_rows == 0
     assert getattr(trainer.experience_maker, "_advbudget_kappa_pairs", None) is None
+
+
+@pytest.mark.usefixtures("local_ray")
+def test_kappa_runs_in_a_ray_actor_class_decorated_before_the_patch(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The bug the CPU loop found: ``@ray.remote`` copies inherited methods onto the actor
+    class (a tracing wrapper of each, ray's ``_inject_tracing_into_class``) when
+    ``ppo_trainer.py`` executes, before the patch on import runs: ``PPOTrainer.ppo_train`` is
+    then OpenRLHF's original, and the κ_eff pass never ran. The patched
+    ``BasePPOTrainer.__init__`` binds our wrapper on the instance."""
+    from openrlhf.trainer.ppo_trainer import BasePPOTrainer
+
+    from advbudget.adapters.openrlhf._patch import bind_ppo_train
+
+    adapter.uninstall()
+
+    class Trainer(BasePPOTrainer):  # decorated unpatched, as in the real module
+        pass
+
+    actor_class = ray.remote(Trainer).__ray_metadata__.modified_class
+    adapter.install()
+    try:
+        assert "ppo_train" in vars(actor_class)  # Ray's copy shadows the patched base method
+        assert hasattr(BasePPOTrainer.__init__, "_advbudget_original")
+        unbound = make_trainer("reward_budget", kappa_every=1, trainer_class=actor_class)
+        with caplog.at_level("WARNING", logger="advbudget.adapters.openrlhf"):
+            assert not any(k.startswith("advbudget/") for k in unbound.ppo_train(0))
+            next_batch = experiences_with_sequences(unbound.actor_model_group.actor, 6)
+            unbound.experience_maker.compute_advantages_and_returns(next_batch)
+        assert "κ_eff is not running" in caplog.text  # never silent
+        trainer = make_trainer("reward_budget", kappa_every=1, trainer_class=actor_class)
+        bind_ppo_train(trainer)  # what the patched __init__ does
+        status = trainer.ppo_train(0)
+    finally:
+        adapter.uninstall()
+    assert status["advbudget/kappa_eff/count"] > 0
+
+
+@pytest.mark.usefixtures("local_ray")
+def test_kappa_runs_once_in_an_actor_class_decorated_after_the_patch() -> None:
+    """The async trainer's case: ``TrainingActor`` (ppo_trainer_async.py:167) is decorated
+    after ``ppo_trainer.py`` was imported and patched, so Ray's copy wraps our method; the
+    binding in ``__init__`` must then leave it alone (one κ_eff pass, not two)."""
+    from openrlhf.trainer.ppo_trainer import BasePPOTrainer
+
+    from advbudget.adapters.openrlhf._patch import bind_ppo_train
+
+    adapter.install()
+    try:
+
+        class Trainer(BasePPOTrainer):
+            pass
+
+        actor_class = ray.remote(Trainer).__ray_metadata__.modified_class
+        trainer = make_trainer("reward_budget", kappa_every=1, trainer_class=actor_class)
+        bind_ppo_train(trainer)
+        assert "ppo_train" not in vars(trainer)  # the class's copy is already ours
+        status = trainer.ppo_train(0)
+    finally:
+        adapter.uninstall()
+    count = status["advbudget/kappa_eff/count"]
+    assert count > 0
+    assert trainer.actor_model_group.forward_rows == 2 * count  # one pass
 
 
 def test_pairs_are_picked_by_the_core_and_mapped_to_experience_order() -> None:

@@ -1,3 +1,3 @@
-"""Stub: TokensPrompt for OpenRLHF's vllm_engine (a TypedDict in vllm: a dict here)."""
+"""Stand-in: TokensPrompt (a TypedDict in vllm: a dict here)."""
 
 TokensPrompt = dict

@@ -1,0 +1,239 @@
+"""OpenRLHF 0.11.2's real PPO loop on CPU, end to end, through the documented entry point.
+
+Each run is ``CPU_LOOP=1 bash examples/openrlhf_qwen3.sh`` (the script's own flags, through
+``python -m advbudget.adapters.openrlhf``, on the harness in ``cpu_loop/``): OpenRLHF's
+``PPOTrainer`` Ray actor, DeepSpeed actor and reference ranks, ``RolloutRayActor`` around a
+vLLM stand-in that generates with transformers, the reward file, ``broadcast_to_vllm`` over
+gloo, checkpoints. Everything is asserted from what OpenRLHF logs (its ``✨ Global step N:
+{...}`` status lines), from the saved checkpoint, and from a probe file the harness writes
+(``ADVBUDGET_CPU_LOOP_PROBE``: each call of advbudget's core estimator, each weight version
+the engine receives).
+
+Three runs (40-90 s each on 2 shared cores): ``reward_budget`` for 3 steps, then the
+``advbudget_group_norm`` mirror resumed from its checkpoint for steps 4-5, then 2 steps of
+the async trainer (``--train.async_enable``) with 2 data-parallel ranks. κ_eff every 2 steps
+in the first two: step 2, then step 4 (the restored count; a per-run count would give step
+5), every step in the third.
+The reward is the parity of a hash of the response (``cpu_loop/parity_reward.py``): a tiny
+random model fails every DAPO problem, which would make every group constant (skipped: no
+advantages, no κ_eff pairs).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("openrlhf")
+pytest.importorskip("deepspeed")
+pytest.importorskip("ray")
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = Path(__file__).resolve().parents[3] / "examples" / "openrlhf_qwen3.sh"
+TIMEOUT_S = 420  # one run; 40-90 s measured on a shared 2-core machine
+KAPPA_EVERY = 2
+# The trainer's status line: ppo_trainer.py:551 (sync), ppo_trainer_async.py:244 (async).
+STATUS = re.compile(r"\((?:PPOTrainer|TrainingActor) pid=(\d+)\).* Global step (\d+): (\{.*\})\s*$")
+# advbudget's per-step metrics (besides κ_eff and the reward file's counters).
+ADVANTAGE_METRICS = {
+    "advbudget/advantage_mean",
+    "advbudget/advantage_std",
+    "advbudget/advantage_min",
+    "advbudget/advantage_max",
+    "advbudget/advantage_gap_mean",
+    "advbudget/positive_advantage_fraction",
+    "advbudget/skipped_group_fraction",
+    "advbudget/valid_fraction",
+    "advbudget/nan_reward_fraction",
+}
+KAPPA_METRICS = {f"advbudget/kappa_eff/{s}" for s in ("mean", "median", "std", "min", "max")}
+
+
+@dataclasses.dataclass
+class Run:
+    """One run of the example: its log, OpenRLHF's status per step, the probe's records."""
+
+    log: str
+    returncode: int
+    driver_pid: int  # the script execs the entry point: bash's pid is the driver's
+    steps: dict[int, dict[str, Any]]
+    trainer_pids: set[int]
+    estimator_calls: list[tuple[int, str]]  # (pid, core estimator name), one per call
+    weights: list[tuple[int, str]]  # (version, sha1), in the order the engine received them
+
+    def tail(self, lines: int = 80) -> str:
+        return "\n".join(self.log.splitlines()[-lines:])
+
+
+def run_example(cpu_dir: Path, *args: str, **env: str) -> Run:
+    probe = cpu_dir / f"probe-{len(list(cpu_dir.glob('probe-*')))}.txt"
+    ray_tmp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths
+    environ = {k: v for k, v in os.environ.items() if k not in ("WANDB_API_KEY", "RAY_ADDRESS")}
+    environ.update(
+        CPU_LOOP="1",
+        CPU_DIR=str(cpu_dir),
+        PYTHON=sys.executable,
+        KAPPA_EVERY=str(KAPPA_EVERY),
+        ADVBUDGET_CPU_LOOP_PROBE=str(probe),
+        RAY_TMPDIR=ray_tmp,
+    )
+    environ.update(env)
+    # A session of its own: on a timeout the whole group (Ray's processes too) is killed.
+    process = subprocess.Popen(
+        ["bash", str(SCRIPT), *args],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environ,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        log, _ = process.communicate(timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        log, _ = process.communicate()
+        log += f"\n[test_loop] killed after {TIMEOUT_S} s"
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    return parse_run(log, process.returncode, process.pid, probe)
+
+
+def parse_run(log: str, returncode: int, driver_pid: int, probe: Path) -> Run:
+    steps: dict[int, dict[str, Any]] = {}
+    trainer_pids = set()
+    for line in log.splitlines():
+        match = STATUS.search(line)
+        if match:
+            trainer_pids.add(int(match[1]))
+            steps[int(match[2])] = ast.literal_eval(re.sub(r"\bnan\b", "None", match[3]))
+    records = probe.read_text().split("\n") if probe.exists() else []
+    fields = [line.split() for line in records if line]
+    calls = [(int(f[1]), f[2]) for f in fields if f[0] == "estimator"]
+    weights = [(int(f[2]), f[3]) for f in fields if f[0] == "weights"]
+    return Run(log, returncode, driver_pid, steps, trainer_pids, calls, weights)
+
+
+def checked(run: Run) -> Run:
+    if run.returncode != 0:
+        pytest.fail(f"the CPU loop failed (exit {run.returncode}):\n{run.tail()}")
+    return run
+
+
+@pytest.fixture(scope="module")
+def cpu_dir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="advbudget-openrlhf-loop-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def budget_run(cpu_dir: Path) -> Run:
+    """reward_budget, 3 steps, 1 data-parallel rank; a checkpoint at step 3."""
+    return checked(run_example(cpu_dir, BUDGET="1", CPU_STEPS="3"))
+
+
+@pytest.fixture(scope="module")
+def resumed_run(cpu_dir: Path, budget_run: Run) -> Run:
+    """The advbudget_group_norm mirror from the step-3 checkpoint, to step 5."""
+    return checked(run_example(cpu_dir, "--ckpt.load_enable", BUDGET="0", CPU_STEPS="5"))
+
+
+@pytest.fixture(scope="module")
+def two_ranks_run(cpu_dir: Path) -> Run:
+    """reward_budget, 2 steps of the async trainer (its ``TrainingActor`` inherits
+    ``ppo_train`` too), 2 data-parallel ranks (actor and reference), κ_eff each step."""
+    other = cpu_dir / "two-ranks"
+    other.mkdir()
+    for reused in ("tiny-qwen3", "data"):  # built by the first run
+        if (cpu_dir / reused).exists():
+            os.symlink(cpu_dir / reused, other / reused)
+    return checked(
+        run_example(
+            other, "--train.async_enable", BUDGET="1", CPU_STEPS="2", NGPUS="2", KAPPA_EVERY="1"
+        )
+    )
+
+
+RUNS = {
+    "budget": ("budget_run", [1, 2, 3], "budget", [2]),
+    "resumed_mirror": ("resumed_run", [4, 5], "grpo", [4]),
+    "async_two_ranks": ("two_ranks_run", [1, 2], "budget", [1, 2]),
+}
+
+
+@pytest.fixture(params=list(RUNS))
+def case(request: pytest.FixtureRequest) -> tuple[Run, list[int], str, list[int]]:
+    fixture, steps, estimator, kappa_steps = RUNS[request.param]
+    return request.getfixturevalue(fixture), steps, estimator, kappa_steps
+
+
+def test_every_step_runs_our_estimator_inside_the_trainer_actor(case: Any) -> None:
+    run, steps, estimator, _ = case
+    assert sorted(run.steps) == steps, run.tail()
+    (trainer,) = run.trainer_pids  # OpenRLHF's status lines come from the trainer actor
+    assert trainer != run.driver_pid
+    # One call of advbudget's core per step, in that actor (not the driver, not a model rank).
+    assert run.estimator_calls == [(trainer, estimator)] * len(steps), run.tail()
+
+
+def test_every_advbudget_metric_every_step(case: Any) -> None:
+    run, steps, _, _ = case
+    for step in steps:
+        status = run.steps[step]
+        assert set(status) >= ADVANTAGE_METRICS, (step, sorted(status))
+        assert status["advbudget/skipped_group_fraction"] < 1.0  # the reward varies in groups
+        assert "policy_loss" in status  # the update ran
+        assert "actor_grad_norm" in status
+
+
+def test_kappa_eff_after_every_kth_update(case: Any) -> None:
+    """Regression: κ_eff pairs were kept every step but the pass after ``ppo_train`` never
+    ran in the Ray actor (Ray's copy of the unpatched method; see ``_patch``)."""
+    run, steps, _, kappa_steps = case
+    for step in steps:
+        status = run.steps[step]
+        if step in kappa_steps:
+            assert status.get("advbudget/kappa_eff/count", 0) > 0, (step, sorted(status))
+            assert set(status) >= KAPPA_METRICS, (step, sorted(status))
+        else:
+            assert not any(key.startswith("advbudget/kappa_eff/") for key in status), step
+    assert "κ_eff skipped" not in run.log
+    assert "κ_eff is not running" not in run.log
+
+
+def test_policy_changes_and_the_engine_receives_it(case: Any) -> None:
+    run, steps, _, _ = case
+    versions = [version for version, _ in run.weights]
+    sync_at_start = steps[0] > 1  # a resumed run first sends the checkpoint's weights
+    assert versions == list(range(len(steps) + 1 + sync_at_start)), run.weights
+    checksums = [sha for _, sha in run.weights[1 + sync_at_start :]]
+    before = run.weights[sync_at_start][1]
+    # Every step's update changed the weights the engine generates with.
+    assert len({before, *checksums}) == len(steps) + 1, run.weights
+
+
+def test_checkpoint_saved_and_resumed(cpu_dir: Path, budget_run: Run, resumed_run: Run) -> None:
+    assert (cpu_dir / "run" / "ckpt" / "_actor" / "global_step3").is_dir()
+    assert (cpu_dir / "run" / "final" / "model.safetensors").is_file()
+    # The resumed run loaded the step-3 policy (the engine got it first), counted on from
+    # step 4, and kept the κ_eff schedule of the global step (test_kappa_eff_...: step 4).
+    assert resumed_run.weights[1][1] == budget_run.weights[-1][1]
+    assert sorted(resumed_run.steps) == [4, 5]
+    assert (cpu_dir / "run" / "ckpt" / "_actor" / "global_step5").is_dir()
+
+
+def test_two_data_parallel_ranks(two_ranks_run: Run) -> None:
+    ranks = set(re.findall(r"\(PolicyModelActor pid=(\d+)\)", two_ranks_run.log))
+    references = set(re.findall(r"\(ReferenceModelActor pid=(\d+)\)", two_ranks_run.log))
+    assert len(ranks) == 2, two_ranks_run.tail()
+    assert len(references) == 2, two_ranks_run.tail()
