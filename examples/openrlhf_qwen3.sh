@@ -27,7 +27,7 @@
 # CPU without vLLM); the full run needs GPUs and has not been run by the advbudget tests.
 #
 # CPU mode (no GPU; what the advbudget tests run): CPU_LOOP=1 bash examples/openrlhf_qwen3.sh
-# runs this script's own flags for CPU_STEPS steps (default 2) through OpenRLHF's real loop
+# runs this script's own flags for TOTAL_STEPS=2 steps through OpenRLHF's real loop
 # (PPOTrainer, DeepSpeed ZeRO-3 actor and reference, RolloutRayActor, weight sync,
 # checkpoints) on a tiny random Qwen3 built locally (advbudget.tiny) and the bundled
 # 64-problem sample (advbudget data prepare --sample), with the CPU harness of
@@ -38,10 +38,12 @@
 # prompts per step; a reward file with variance inside groups (cpu_loop/parity_reward.py:
 # a random model fails every problem); lr 1e-3 without warm-up (a step of 1e-6, or the
 # warm-up's first step at lr 0, leaves bf16 weights unchanged); a checkpoint every
-# CPU_STEPS steps. It stops after training (the evaluation needs vLLM).
-# Variables: CPU_DIR (model, data, checkpoints; default a new temporary folder), CPU_STEPS,
-# NGPUS (data-parallel ranks of the actor and the reference, default 1), KAPPA_EVERY,
-# BASELINE, BUDGET, ESTIMATOR as above; extra arguments go to OpenRLHF last (they win).
+# TOTAL_STEPS steps. It stops after training (the evaluation needs vLLM).
+# Variables: CPU_DIR (model, data, checkpoints; default $HOME/data/advbudget/openrlhf-cpu),
+# TOTAL_STEPS, NGPUS (data-parallel ranks of the actor and the reference, default 1),
+# KAPPA_EVERY (default 1 here: κ_eff every step), BASELINE, BUDGET, ESTIMATOR as above; extra arguments go to OpenRLHF last.
+#   CPU_LOOP=1 bash examples/openrlhf_qwen3.sh            # 2 steps, 1-2 min on 2 cores
+#   CPU_LOOP=1 NGPUS=2 bash examples/openrlhf_qwen3.sh    # 2 DeepSpeed ranks (gloo)
 set -euo pipefail
 
 MODE=train
@@ -57,10 +59,9 @@ done
 PYTHON=${PYTHON:-python3}
 CPU_LOOP=${CPU_LOOP:-0}
 if [ "$CPU_LOOP" = 1 ]; then  # CPU mode's defaults (see the header)
-  CPU_DIR=${CPU_DIR:-$(mktemp -d -t advbudget-openrlhf-cpu.XXXXXX)}
-  CPU_STEPS=${CPU_STEPS:-2}
+  CPU_DIR=${CPU_DIR:-$HOME/data/advbudget/openrlhf-cpu}
   : "${MODEL:=$CPU_DIR/tiny-qwen3}" "${DATA_DIR:=$CPU_DIR/data}" "${CKPT_DIR:=$CPU_DIR/run}"
-  : "${NGPUS:=1}" "${VLLM_TP:=1}" "${MAX_RESPONSE:=16}" "${TOTAL_STEPS:=$CPU_STEPS}"
+  : "${NGPUS:=1}" "${VLLM_TP:=1}" "${MAX_RESPONSE:=16}" "${TOTAL_STEPS:=2}" "${KAPPA_EVERY:=1}"
 fi
 BASELINE=${BASELINE:-grpo}         # grpo (OpenRLHF's group_norm) | dr_grpo | gspo | dapo
 BUDGET=${BUDGET:-1}                # 1: reward budgeting; 0: the baseline's own advantages
@@ -202,10 +203,10 @@ if [ "$CPU_LOOP" = 1 ]; then
     --vllm.num_engines 1 --vllm.tensor_parallel_size 1 --vllm.sync_backend gloo
     --ds.attn_implementation sdpa
     --reward.remote_url "$HARNESS/parity_reward.py"
-    --data.max_samples $((CPU_STEPS * CPU_PROMPTS))
+    --data.max_samples $((TOTAL_STEPS * CPU_PROMPTS))
     --rollout.batch_size "$CPU_PROMPTS" --train.batch_size $((CPU_PROMPTS * 8))
     --actor.adam.lr 1e-3 --actor.lr_warmup_ratio 0
-    --ckpt.save_steps "$CPU_STEPS"
+    --ckpt.save_steps "$TOTAL_STEPS"
     "${ARGS[@]+"${ARGS[@]}"}"
   )
   # Fake GPUs for the local Ray: actor and reference ranks, one engine.

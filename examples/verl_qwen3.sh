@@ -18,6 +18,21 @@
 # trainer.v1.trainer_mode=advbudget_sync, logged to the console and wandb. Extra arguments
 # are passed to verl as hydra overrides. Needs advbudget installed where verl runs (the
 # verl.plugins entry point registers the estimators); VERL_USE_EXTERNAL_MODULES is set too.
+#
+# CPU mode (no GPU, no hub, minutes): CPU_LOOP=1 runs this script's own command line for
+# TOTAL_STEPS=2 steps on a tiny random Qwen3 (advbudget.tiny) and the bundled 16-problem
+# DAPO sample, through verl's real loop (trainer, FSDP2 workers, reward loop, weight sync,
+# checkpoints) with the CPU harness of tests/adapters/verl/cpu_loop (verlcpu: a cpu
+# platform and an HF-generate rollout, "hfcpu", for verl 0.9.1). It adds only what a CPU
+# needs, after the script's overrides (hydra keeps the last value): the harness's
+# environment and overrides, 4 prompts x 4 rollouts, 16 response tokens, 256 prompt tokens,
+# κ_eff every step (KAPPA_EVERY=1), no validation, the console and file loggers (VERL_FILE_LOGGER_PATH, default
+# $CKPT_DIR/metrics.jsonl) and, with CPU_REWARD=parity (the default), a reward with
+# variance inside groups (a random model scores -1 on every DAPO problem: every group
+# would be skipped and κ_eff would have no pairs; CPU_REWARD=dapo keeps DAPO's). It stops
+# after training: the evaluation step needs vLLM. Extra arguments still come last.
+#   CPU_LOOP=1 bash examples/verl_qwen3.sh                 # 2 steps, 1-2 min on 2 cores
+#   CPU_LOOP=1 CPU_DIR=/tmp/x NGPUS=2 bash examples/verl_qwen3.sh  # 2 FSDP ranks (gloo)
 set -euo pipefail
 
 MODE=train
@@ -31,6 +46,19 @@ for arg in "$@"; do
 done
 
 PYTHON=${PYTHON:-python3}
+CPU_LOOP=${CPU_LOOP:-0}         # 1: the CPU mode above
+if [ "$CPU_LOOP" = 1 ]; then
+  CPU_DIR=${CPU_DIR:-$HOME/data/advbudget/verl-cpu}   # tiny model, sample data, checkpoints
+  DATA_DIR=${DATA_DIR:-$CPU_DIR}
+  MODEL=${MODEL:-$CPU_DIR/tiny-qwen3}
+  NGPUS=${NGPUS:-1}
+  ROLLOUT_TP=1
+  MAX_RESPONSE=${MAX_RESPONSE:-16}
+  TOTAL_STEPS=${TOTAL_STEPS:-2}
+  CPU_REWARD=${CPU_REWARD:-parity}  # parity | dapo
+  KAPPA_EVERY=${KAPPA_EVERY:-1}
+  HARNESS=$(cd "$(dirname "${BASH_SOURCE[0]}")/../tests/adapters/verl/cpu_loop" && pwd)
+fi
 BASELINE=${BASELINE:-grpo}      # grpo | dr_grpo | gspo | dapo | dapo_clipcov | dapo_klcov
 BUDGET=${BUDGET:-1}             # 1: reward budgeting on top of the baseline; 0: the baseline
 BUDGET_TOTAL=${BUDGET_TOTAL:-1.0}
@@ -88,6 +116,7 @@ case "$BUDGET" in
 esac
 # One folder per model, baseline and estimator: runs never overwrite each other.
 RUN_NAME=${RUN_NAME:-${MODEL_TAG}_${BASELINE}_${ESTIMATOR_TAG}}
+[ "$CPU_LOOP" != 1 ] || CKPT_DIR=${CKPT_DIR:-$CPU_DIR/checkpoints/$RUN_NAME}
 CKPT_DIR=${CKPT_DIR:-$HOME/checkpoints/advbudget/verl/$RUN_NAME}
 
 OVERRIDES=(
@@ -148,8 +177,27 @@ OVERRIDES=(
   trainer.default_local_dir="$CKPT_DIR"
   +ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES=advbudget.adapters.verl
   "${EXTRA[@]}"
-  "${ARGS[@]+"${ARGS[@]}"}"
 )
+if [ "$CPU_LOOP" = 1 ]; then
+  export VERL_FILE_LOGGER_PATH=${VERL_FILE_LOGGER_PATH:-$CKPT_DIR/metrics.jsonl}
+  while IFS= read -r line; do export "${line?}"; done \
+    < <(PYTHONPATH="$HARNESS${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m verlcpu env)
+  mapfile -t CPU_OVERRIDES < <("$PYTHON" -m verlcpu overrides "$NGPUS")
+  OVERRIDES+=(
+    "${CPU_OVERRIDES[@]}"
+    data.train_batch_size=4
+    data.max_prompt_length=256
+    actor_rollout_ref.actor.ppo_mini_batch_size=4
+    actor_rollout_ref.rollout.n=4
+    trainer.logger='["console","file"]'
+    trainer.val_before_train=False
+    trainer.test_freq=-1
+  )
+  [ "$CPU_REWARD" = dapo ] ||
+    OVERRIDES+=(reward.custom_reward_function.path="$HARNESS/verlcpu/reward.py"
+                reward.custom_reward_function.name=compute_score)
+fi
+OVERRIDES+=("${ARGS[@]+"${ARGS[@]}"}")
 
 case "$MODE" in
   dry-run) exec "$PYTHON" -m advbudget.adapters.verl.check_config "${OVERRIDES[@]}" ;;
@@ -158,12 +206,27 @@ esac
 
 # 1. Data: DAPO-Math-17K (deduplicated), 512 problems held out for validation, in verl's
 # parquet layout (the same split as the TRL and OpenRLHF examples: the same seed).
+# CPU mode: 16 problems of the bundled sample (4 for validation) and the tiny model.
+if [ "$CPU_LOOP" = 1 ]; then
+  [ -f "$DATA_DIR/dapo/verl/val.parquet" ] ||
+    advbudget data prepare --sample --format verl --max-samples 16 --val-size 4 \
+      --output-dir "$DATA_DIR/dapo"
+  [ -f "$MODEL_PATH/config.json" ] || "$PYTHON" -c \
+    'import sys; from advbudget.tiny import build_tiny_model as b; b(sys.argv[1], hidden_size=64)' \
+    "$MODEL_PATH"
+  mkdir -p "$(dirname "$VERL_FILE_LOGGER_PATH")"
+fi
 [ -f "$DATA_DIR/dapo/verl/val.parquet" ] ||
   advbudget data prepare --format verl --val-size 512 --output-dir "$DATA_DIR/dapo"
 
 # 2. Train.
-export VERL_USE_EXTERNAL_MODULES=advbudget.adapters.verl
+[ "$CPU_LOOP" = 1 ] || export VERL_USE_EXTERNAL_MODULES=advbudget.adapters.verl  # CPU: verlcpu's
 "$PYTHON" -m verl.trainer.main_ppo "${OVERRIDES[@]}"
+if [ "$CPU_LOOP" = 1 ]; then
+  echo "CPU mode: trained; checkpoints in $CKPT_DIR, metrics in $VERL_FILE_LOGGER_PATH" \
+    "(no evaluation: it needs vLLM)."
+  exit 0
+fi
 
 # 3. Evaluate the checkpoint verl finished with (latest_checkpointed_iteration.txt, else
 # the largest N), merged to Hugging Face format, as the paper does: avg@8 and pass@8.

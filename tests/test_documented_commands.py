@@ -142,6 +142,13 @@ RULES: list[tuple[str, Run | Covered]] = [
         ),
     ),
     (
+        r"CPU_LOOP=1 (\w+=\S+ )*bash examples/verl_qwen3\.sh",
+        Covered(
+            "tests/adapters/verl/test_loop.py::test_a_runs_the_v1_loop_with_reward_budget",
+            "in the verl environment: 2 steps of verl's loop on a CPU, and 2 more tests",
+        ),
+    ),
+    (
         r"(\w+=\S+ )*bash examples/verl_qwen3\.sh",
         Covered(
             "tests/adapters/verl/test_example.py::test_every_baseline_model_and_budget_composes",

@@ -9,9 +9,9 @@ Select one with ``trainer.v1.trainer_mode=advbudget_sync`` (or ``advbudget_coloc
 - after the actor update, every ``kappa_every`` steps (``+algorithm.advbudget.kappa_every``,
   default 10; 0 turns it off): κ_eff (``advbudget/kappa_eff/{mean,median,std,min,max,count}``)
   from one extra ``compute_log_prob`` pass of the updated actor over each group's o+ and o-
-  only (a ``select_keys`` sub-batch: 2 rows per group, padded to a multiple of the actor's
-  data-parallel size). Cost: about 2/G of verl's own ``old_log_prob`` step (no backward, no
-  rollout) when it runs.
+  only (a ``select_keys`` sub-batch: 2 rows per group, padded with other rows of the batch
+  to what the actor's workers accept: see :func:`kappa_rows`). Cost: about 2/G of verl's
+  own ``old_log_prob`` step (no backward, no rollout) when it runs.
 
 verl's base class branches on the literal mode name (``self.trainer_mode == "sync"``), so
 these trainers hand verl the base mode's name (``sync``, ...) and are found under their own.
@@ -104,8 +104,8 @@ def _make_trainer(base: type, base_mode: str) -> type:
 
         def _kappa_eff(self, batch: Any) -> dict[str, float]:
             """One extra log-prob pass of the updated actor over each group's o+ and o-
-            (2 rows per group with an advantage gap, plus a few fillers so that every
-            data-parallel rank gets as many rows): κ_eff of this step's update."""
+            (2 rows per group with an advantage gap, plus a few fillers: see
+            :func:`kappa_rows`): κ_eff of this step's update."""
             name = metrics_estimator(self.config.algorithm)
             if name is None:
                 return {}
@@ -184,8 +184,10 @@ def _kappa_eff_of_batch(trainer: Any, batch: Any) -> dict[str, float]:
 
     The pairs come from the advantages the update used (verl's token advantages, back to
     one per response) and the uids; the pair rows, padded with filler rows of the batch
-    (verl's own padding rows first) to a multiple of the actor's data-parallel size, go
-    through ``compute_log_prob`` as a ``select_keys`` sub-batch.
+    (verl's own padding rows first) to :func:`kappa_rows`, go through ``compute_log_prob``
+    as a ``select_keys`` sub-batch. When the batch has too few other rows for that, the
+    pass is skipped with a warning (it never is in verl's loop: the whole batch went
+    through the same ``compute_log_prob``, so it is itself such a multiple).
     """
     import torch
 
@@ -210,7 +212,19 @@ def _kappa_eff_of_batch(trainer: Any, batch: Any) -> dict[str, float]:
     chosen = set(keys)
     spare = [i for i, tag in enumerate(batch.tags) if tag.get("is_padding", False)]
     spare += [i for i in real if batch.keys[i] not in chosen]
-    fillers = [batch.keys[i] for i in spare[: -len(keys) % _dp_size(trainer.actor_rollout_wg)]]
+    dp_size = _dp_size(trainer.actor_rollout_wg)
+    micro_batch = log_prob_micro_batch_size(trainer.config.actor_rollout_ref)
+    needed = kappa_rows(len(keys), dp_size=dp_size, micro_batch_size=micro_batch) - len(keys)
+    if needed > len(spare):
+        warnings.warn(
+            f"advbudget: κ_eff skipped at step {trainer.global_steps}: {len(keys)} pair rows "
+            f"need {needed} filler rows (a multiple of {dp_size} data-parallel ranks x "
+            f"{micro_batch or 1} rows a micro-batch) but the batch has {len(spare)} others",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return {}
+    fillers = [batch.keys[i] for i in spare[:needed]]
     forwarded = batch.select_keys(keys + fillers)
     forwarded.extra_info.update(
         {
@@ -244,6 +258,37 @@ def _fetch_log_probs(batch: Any) -> dict[str, Any]:
             value = response_from_nested(value, data["response_mask"])
         out[field] = value.to_padded_tensor(0.0) if value.is_nested else value
     return out
+
+
+def kappa_rows(rows: int, *, dp_size: int, micro_batch_size: int | None = None) -> int:
+    """The size of the κ_eff sub-batch for ``rows`` pair rows: the least multiple of what
+    the actor's ``compute_log_prob`` accepts. verl splits the rows evenly over the
+    ``dp_size`` data-parallel ranks (``make_nd_compute_dataproto_dispatch_fn``); with
+    fixed micro-batches each rank's share must then be a multiple of its micro-batch size
+    (``verl/workers/engine/utils.py:125``), so the whole a multiple of
+    ``dp_size * micro_batch_size``; with dynamic micro-batches (``micro_batch_size``
+    ``None``) a multiple of ``dp_size``.
+
+    Examples:
+        >>> kappa_rows(6, dp_size=1, micro_batch_size=8), kappa_rows(6, dp_size=4)
+        (8, 8)
+        >>> kappa_rows(6, dp_size=2, micro_batch_size=2)  # not lcm(2, 2) = 2: 3 rows a rank
+        8
+    """
+    multiple = dp_size * (micro_batch_size or 1)
+    return -(-rows // multiple) * multiple
+
+
+def log_prob_micro_batch_size(actor_rollout_ref: Any) -> int | None:
+    """The micro-batch size per GPU of the actor's ``compute_log_prob``, ``None`` with
+    dynamic micro-batches. verl's engine worker takes them from the rollout config:
+    ``log_prob_use_dynamic_bsz`` (asserted equal to the actor's ``use_dynamic_bsz``) and
+    ``log_prob_micro_batch_size_per_gpu`` (``verl/workers/engine_workers.py:616-624``)."""
+    rollout = actor_rollout_ref.rollout
+    if bool(rollout.get("log_prob_use_dynamic_bsz", False)):
+        return None
+    size = rollout.get("log_prob_micro_batch_size_per_gpu")
+    return int(size) if size else None
 
 
 def _dp_size(worker_group: Any) -> int:

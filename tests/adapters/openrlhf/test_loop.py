@@ -139,13 +139,13 @@ def cpu_dir() -> Iterator[Path]:
 @pytest.fixture(scope="module")
 def budget_run(cpu_dir: Path) -> Run:
     """reward_budget, 3 steps, 1 data-parallel rank; a checkpoint at step 3."""
-    return checked(run_example(cpu_dir, BUDGET="1", CPU_STEPS="3"))
+    return checked(run_example(cpu_dir, BUDGET="1", TOTAL_STEPS="3"))
 
 
 @pytest.fixture(scope="module")
 def resumed_run(cpu_dir: Path, budget_run: Run) -> Run:
     """The advbudget_group_norm mirror from the step-3 checkpoint, to step 5."""
-    return checked(run_example(cpu_dir, "--ckpt.load_enable", BUDGET="0", CPU_STEPS="5"))
+    return checked(run_example(cpu_dir, "--ckpt.load_enable", BUDGET="0", TOTAL_STEPS="5"))
 
 
 @pytest.fixture(scope="module")
@@ -159,7 +159,7 @@ def two_ranks_run(cpu_dir: Path) -> Run:
             os.symlink(cpu_dir / reused, other / reused)
     return checked(
         run_example(
-            other, "--train.async_enable", BUDGET="1", CPU_STEPS="2", NGPUS="2", KAPPA_EVERY="1"
+            other, "--train.async_enable", BUDGET="1", TOTAL_STEPS="2", NGPUS="2", KAPPA_EVERY="1"
         )
     )
 

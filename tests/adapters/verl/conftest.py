@@ -76,3 +76,8 @@ def algorithm_config(adv_estimator: str, **options: Any) -> Any:
     )
     OmegaConf.set_struct(config, True)  # as hydra hands it over: unknown keys raise
     return config
+
+
+# cpu_loop/ is the CPU harness the loop tests run verl with (PYTHONPATH of a subprocess);
+# importing it here would register a platform and patch torch in the test process.
+collect_ignore = ["cpu_loop"]

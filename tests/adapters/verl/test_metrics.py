@@ -189,7 +189,9 @@ def test_trainer_hands_verl_the_base_mode(monkeypatch: pytest.MonkeyPatch) -> No
     assert seen == ["sync"]
 
 
-def _kappa_trainer(monkeypatch: pytest.MonkeyPatch, step: int, dp_size: int | None) -> Any:
+def _kappa_trainer(
+    monkeypatch: pytest.MonkeyPatch, step: int, dp_size: int | None, **rollout: Any
+) -> Any:
     """Our sync trainer after verl's update, TransferQueue faked by key: two groups of 4
     (a: o+ row 1, o- row 0; b: o+ row 4, o- row 6; rows 2, 3, 5, 7 are no pair) and one
     verl padding row; the worker group records what it is asked to forward."""
@@ -249,7 +251,7 @@ def _kappa_trainer(monkeypatch: pytest.MonkeyPatch, step: int, dp_size: int | No
     trainer.config = OmegaConf.create(
         {
             "algorithm": algorithm_config("reward_budget", kappa_every=2),
-            "actor_rollout_ref": {"rollout": {"temperature": 1.0}},
+            "actor_rollout_ref": {"rollout": {"temperature": 1.0, **rollout}},
         }
     )
     trainer.actor_rollout_wg = Workers()
@@ -290,6 +292,60 @@ def test_trainer_kappa_eff_pads_to_the_data_parallel_size(monkeypatch: pytest.Mo
     (forwarded,) = trainer.actor_rollout_wg.passes
     assert forwarded.keys == ["k0", "k1", "k4", "k6", "k8", "k2"]
     assert metrics["advbudget/kappa_eff/mean"] == pytest.approx(1.5)
+
+
+@pytest.mark.parametrize(
+    ("dp_size", "micro_batch", "dynamic", "expected"),
+    [
+        # fixed micro-batches of 2 on 1 rank: 4 pair rows already fit
+        (None, 2, False, ["k0", "k1", "k4", "k6"]),
+        # 1 rank x micro-batches of 3: 6 rows, verl's padding row first
+        (None, 3, False, ["k0", "k1", "k4", "k6", "k8", "k2"]),
+        # 2 ranks x micro-batches of 4: 8 rows (each rank's 4 are one micro-batch);
+        # the lcm of 2 and 4 (4 rows) would give each rank 2, which verl refuses
+        (2, 4, False, ["k0", "k1", "k4", "k6", "k8", "k2", "k3", "k5"]),
+        # dynamic micro-batches: the micro-batch size is not used, 2 ranks want 4 rows
+        (2, 8, True, ["k0", "k1", "k4", "k6"]),
+    ],
+)
+def test_trainer_kappa_eff_pads_to_the_workers_micro_batches(
+    monkeypatch: pytest.MonkeyPatch,
+    dp_size: int | None,
+    micro_batch: int,
+    dynamic: bool,
+    expected: list[str],
+) -> None:
+    """With fixed micro-batches (``log_prob_use_dynamic_bsz=False``) each data-parallel
+    rank's share of the κ_eff rows must be a multiple of ``log_prob_micro_batch_size_per_gpu``
+    (verl/workers/engine/utils.py:125 asserts it), i.e. the rows a multiple of dp x micro."""
+    pytest.importorskip("transfer_queue")
+    trainer, batch = _kappa_trainer(
+        monkeypatch,
+        4,
+        dp_size=dp_size,
+        log_prob_use_dynamic_bsz=dynamic,
+        log_prob_micro_batch_size_per_gpu=micro_batch,
+    )
+    metrics: dict[str, float] = {}
+    trainer._update_actor(batch, metrics=metrics)
+    (forwarded,) = trainer.actor_rollout_wg.passes
+    assert forwarded.keys == expected
+    assert metrics["advbudget/kappa_eff/count"] == 2.0
+
+
+def test_trainer_kappa_eff_says_why_when_the_batch_is_too_small_to_pad(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """4 pair rows in micro-batches of 16 need 12 fillers; the batch has 5 other rows."""
+    pytest.importorskip("transfer_queue")
+    trainer, batch = _kappa_trainer(
+        monkeypatch, 4, dp_size=None, log_prob_micro_batch_size_per_gpu=16
+    )
+    metrics: dict[str, float] = {}
+    with pytest.warns(RuntimeWarning, match=r"κ_eff skipped at step 4: 4 pair rows need 12"):
+        trainer._update_actor(batch, metrics=metrics)
+    assert trainer.actor_rollout_wg.passes == []
+    assert metrics == {}
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,41 @@
+"""Records every call of advbudget's verl estimators (after ``advbudget.adapters.verl`` in
+``VERL_USE_EXTERNAL_MODULES``): one JSON line per call, with the pid of the process verl
+computed the advantage in, to ``$VERLCPU_PROBE_FILE``. Without that variable: nothing."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from typing import Any
+
+PROBE_FILE = os.environ.get("VERLCPU_PROBE_FILE")
+
+
+def _wrap(name: str, fn: Any) -> Any:
+    @functools.wraps(fn)
+    def probed(*args: Any, **kwargs: Any) -> Any:
+        result = fn(*args, **kwargs)
+        rewards = kwargs.get("token_level_rewards", args[0] if args else None)
+        record = {
+            "estimator": name,
+            "pid": os.getpid(),
+            "function": f"{fn.__module__}.{fn.__qualname__}",
+            "rows": int(rewards.shape[0]) if hasattr(rewards, "shape") else None,
+        }
+        with open(str(PROBE_FILE), "a") as out:
+            out.write(json.dumps(record) + "\n")
+        return result
+
+    probed._verlcpu_probe = True  # type: ignore[attr-defined]
+    return probed
+
+
+if PROBE_FILE:
+    from verl.trainer.ppo import core_algos
+
+    for _name, _fn in list(core_algos.ADV_ESTIMATOR_REGISTRY.items()):
+        if (_name == "reward_budget" or _name.startswith("advbudget_")) and not getattr(
+            _fn, "_verlcpu_probe", False
+        ):
+            core_algos.ADV_ESTIMATOR_REGISTRY[_name] = _wrap(_name, _fn)

@@ -1,0 +1,283 @@
+"""verl 0.9.1's real training loop, end to end on CPU, with advbudget in it.
+
+Each run is ``CPU_LOOP=1 bash examples/verl_qwen3.sh [overrides]``: the example's own
+command line (``python -m verl.trainer.main_ppo``), plus the CPU harness of
+``cpu_loop/verlcpu`` (a ``cpu`` platform and an HF-generate rollout; everything else of
+verl is real: trainer, FSDP2 workers, reward loop, TransferQueue, weight sync,
+checkpoints), on a tiny random Qwen3 and the bundled DAPO sample. Assertions read verl's
+own logs: its ``file`` logger (one JSON line a step, ``VERL_FILE_LOGGER_PATH``), the
+console, the checkpoint folder, and the probe (``verlcpu.probe``), which records each call
+of advbudget's estimator with the pid of the process verl ran it in.
+
+The reward is ``verlcpu.reward`` (the parity of a hash of the response and its call
+number), not DAPO's: a random model scores -1 on every DAPO problem, so every group would
+be constant, skipped by reward budgeting, and κ_eff would have no pairs.
+
+Three runs (module fixtures, ~1-3 min each on 2 cores) cover it all:
+
+- A: V1 trainer (``advbudget_sync``), ``reward_budget``, 2 data-parallel FSDP2 ranks
+  (gloo), fixed micro-batches of 8 (``log_prob_micro_batch_size_per_gpu=8``: the κ_eff
+  rows, 8 at most for 4 pairs, must be 16, 8 a rank; before the padding fix they were
+  padded to a multiple of 2 only and the pass failed), κ_eff every 2 steps, 2 steps,
+  checkpoint at 2;
+- B: A resumed (``resume_mode=auto``) to step 3 with dynamic micro-batches and κ_eff every
+  3 steps: κ_eff at step 3 only if the schedule reads the restored step;
+- C: verl's legacy trainer (``trainer.use_v1=False``) with ``advbudget_grpo``, 1 rank.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import VERL_WARNINGS, algorithm_config, make_batch
+
+pytest.importorskip("verl")
+pytest.importorskip("transfer_queue")
+
+ROOT = Path(__file__).resolve().parents[3]
+SCRIPT = ROOT / "examples" / "verl_qwen3.sh"
+TIMEOUT_S = 900
+RUN_NAME = "tiny-qwen3_grpo_budget"  # the example's folder name for MODEL=tiny-qwen3
+LR = "1e-3"  # 1e-6 (the example's) moves the tiny model less than bf16's resolution: stale
+# rollout weights would not show in rollout_probs_diff_max
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash"),
+    VERL_WARNINGS,
+]
+
+
+@dataclass
+class Run:
+    """One run of the example script: its exit code, console, and verl's logs."""
+
+    name: str
+    returncode: int | None  # None: killed at TIMEOUT_S
+    wall_s: float
+    console: str
+    steps: dict[int, dict[str, Any]] = field(default_factory=dict)  # verl's file logger
+    probe: list[dict[str, Any]] = field(default_factory=list)  # estimator calls
+
+    def tail(self, lines: int = 60) -> str:
+        return f"\n--- {self.name}: last {lines} lines ---\n" + "\n".join(
+            self.console.splitlines()[-lines:]
+        )
+
+    def check(self) -> None:
+        assert self.returncode == 0, f"{self.name}: rc={self.returncode}" + self.tail()
+
+
+# Ray gives its raylet 30 s to start (ray/_private/node.py:428, not configurable); on a
+# loaded machine it may not, before verl has even started: that run is tried once more.
+RAY_START_FAILURE = "The current node timed out during startup"
+
+
+def run_example(base: Path, name: str, *overrides: str, **env: str) -> Run:
+    run = _run_example(base, name, *overrides, **env)
+    if run.returncode != 0 and RAY_START_FAILURE in run.console:
+        print(f"{name}: Ray did not start in 30 s, trying again")
+        shutil.rmtree(base / name)
+        run = _run_example(base, name, *overrides, **env)
+    return run
+
+
+def _run_example(base: Path, name: str, *overrides: str, **env: str) -> Run:
+    out = base / name
+    out.mkdir()
+    ray_tmp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # sockets: paths < 108 chars
+    environ = {
+        **os.environ,
+        "CPU_LOOP": "1",
+        "CPU_DIR": str(base),
+        "PYTHON": sys.executable,
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
+        "RAY_TMPDIR": ray_tmp,
+        "VERL_FILE_LOGGER_PATH": str(out / "metrics.jsonl"),
+        "VERLCPU_PROBE_FILE": str(out / "probe.jsonl"),
+        **env,
+    }
+    start = time.monotonic()
+    with open(out / "console.log", "w") as log:
+        process = subprocess.Popen(
+            ["bash", str(SCRIPT), *overrides],
+            env=environ,
+            cwd=out,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # Ray's processes too go with a timeout
+        )
+        try:
+            returncode: int | None = process.wait(timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            returncode = None
+    wall = time.monotonic() - start
+    shutil.rmtree(ray_tmp, ignore_errors=True)
+    run = Run(name, returncode, wall, (out / "console.log").read_text(errors="replace"))
+    if (out / "metrics.jsonl").exists():
+        for line in (out / "metrics.jsonl").read_text().splitlines():
+            record = json.loads(line)
+            run.steps[int(record["step"])] = record["data"]
+    if (out / "probe.jsonl").exists():
+        run.probe = [json.loads(line) for line in (out / "probe.jsonl").read_text().splitlines()]
+    print(f"{name}: rc={returncode}, {wall:.0f} s, steps {sorted(run.steps)}")
+    return run
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("verl_loop")
+
+
+@pytest.fixture(scope="module")
+def run_a(base: Path) -> Run:
+    """V1, reward_budget, 2 ranks, fixed micro-batches, κ_eff every 2 steps, 2 steps."""
+    return run_example(
+        base,
+        "a",
+        f"actor_rollout_ref.actor.optim.lr={LR}",
+        "actor_rollout_ref.actor.use_dynamic_bsz=False",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+        "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=False",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
+        "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=False",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8",
+        KAPPA_EVERY="2",
+        NGPUS="2",
+        TOTAL_STEPS="2",
+    )
+
+
+@pytest.fixture(scope="module")
+def run_b(base: Path, run_a: Run) -> Run:
+    """A resumed to step 3, dynamic micro-batches, κ_eff every 3 steps."""
+    run_a.check()
+    return run_example(
+        base,
+        "b",
+        f"actor_rollout_ref.actor.optim.lr={LR}",
+        "trainer.resume_mode=auto",
+        KAPPA_EVERY="3",
+        NGPUS="2",
+        TOTAL_STEPS="3",
+    )
+
+
+@pytest.fixture(scope="module")
+def run_c(base: Path) -> Run:
+    """verl's legacy trainer with advbudget's mirror of GRPO."""
+    return run_example(
+        base,
+        "c",
+        "trainer.use_v1=False",
+        "algorithm.adv_estimator=advbudget_grpo",
+        BUDGET="0",
+        TOTAL_STEPS="2",
+    )
+
+
+def advbudget_keys() -> set[str]:
+    """The ``advbudget/*`` metrics the trainer mode logs every step (a batch with both
+    kinds of group; no reward_failures: the reward is not advbudget's grader)."""
+    from advbudget.adapters.verl import batch_metrics
+
+    batch = make_batch([4, 4], constant_groups=1)
+    return set(batch_metrics(batch, algorithm_config("reward_budget")))
+
+
+def assert_estimator_in_verl(run: Run, estimator: str, steps: int) -> None:
+    """One call a step, in one process that is not this one (verl's TaskRunner)."""
+    assert [call["estimator"] for call in run.probe] == [estimator] * steps, run.probe
+    pids = {call["pid"] for call in run.probe}
+    assert len(pids) == 1, pids
+    assert os.getpid() not in pids
+    assert f"pid={pids.pop()}" in run.console  # Ray's prefix of the TaskRunner's lines
+
+
+def test_a_runs_the_v1_loop_with_reward_budget(run_a: Run) -> None:
+    run_a.check()
+    assert sorted(run_a.steps) == [1, 2], run_a.tail()
+    assert_estimator_in_verl(run_a, "reward_budget", steps=2)
+    assert "advbudget.adapters.verl._estimators" in run_a.probe[0]["function"]
+    for step, metrics in run_a.steps.items():
+        missing = advbudget_keys() - set(metrics)
+        assert not missing, f"step {step} lacks {missing}"
+        assert metrics["advbudget/valid_fraction"] > 0
+
+
+def test_a_kappa_eff_with_fixed_micro_batches(run_a: Run) -> None:
+    """The regression case: 4 pairs at most (8 rows, 4 a rank) under micro-batches of 8 on
+    2 ranks. Before the padding fix the pass hit verl/workers/engine/utils.py:125 and was
+    skipped with a warning."""
+    run_a.check()
+    assert "κ_eff skipped" not in run_a.console, run_a.tail()
+    assert not any(key.startswith("advbudget/kappa_eff") for key in run_a.steps[1])
+    assert run_a.steps[2]["advbudget/kappa_eff/count"] > 0, run_a.steps[2]
+
+
+def test_a_updates_the_policy_and_syncs_the_rollout(run_a: Run, base: Path) -> None:
+    run_a.check()
+    import torch
+    from safetensors.torch import load_file
+
+    for step, metrics in run_a.steps.items():
+        assert metrics["actor/grad_norm"] > 0
+        # The rollout generated with the weights of the step before (the server tags each
+        # response with the global step of its weights): verl's own staleness metric.
+        assert metrics["training/off_policy/trajectory_staleness/max"] == 0, step
+    # After an update, rollout and actor still agree (fp32 against bf16 noise): 0.997-0.999
+    # and ~1e-4 measured; with the rollout's weights frozen (VERLCPU_FREEZE_ROLLOUT=1)
+    # 0.946 and 4.5e-4 (a random model's token probabilities are all near 1/400).
+    step_2 = run_a.steps[2]
+    assert step_2["training/rollout_actor_probs_pearson_corr"] > 0.99, step_2
+    assert step_2["training/rollout_probs_diff_max"] < 2.5e-4, step_2
+    assert "hfcpu server loaded 25 tensors: weight version 3, global_steps 2" in run_a.console
+    # The checkpoint holds new weights.
+    checkpoint = base / "checkpoints" / RUN_NAME
+    assert (checkpoint / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
+    saved = torch.load(  # rank 0's shards (FSDP2: the first rows of each tensor)
+        checkpoint / "global_step_2" / "actor" / "model_world_size_2_rank_0.pt",
+        weights_only=False,
+    )
+    initial = load_file(base / "tiny-qwen3" / "model.safetensors")
+    changed = []
+    for name, tensor in initial.items():
+        shard = saved[name].to_local().float()
+        if not torch.equal(shard, tensor[: len(shard)].float()):
+            changed.append(name)
+    assert len(changed) > len(initial) // 2, changed
+
+
+def test_b_resumes_at_step_3(run_b: Run, base: Path) -> None:
+    run_b.check()
+    assert sorted(run_b.steps) == [3], run_b.tail()  # not 1, 2, 3: it resumed
+    assert f"Resuming from {base / 'checkpoints' / RUN_NAME / 'global_step_2'}" in run_b.console
+    assert_estimator_in_verl(run_b, "reward_budget", steps=1)
+    missing = advbudget_keys() - set(run_b.steps[3])
+    assert not missing, missing
+    # κ_eff every 3 steps: at step 3 only if the schedule reads the restored global step.
+    assert run_b.steps[3]["advbudget/kappa_eff/count"] > 0, run_b.steps[3]
+    assert run_b.steps[3]["training/off_policy/trajectory_staleness/max"] == 0
+    assert (base / "checkpoints" / RUN_NAME / "global_step_3").is_dir()
+
+
+def test_c_legacy_trainer_runs_advbudget_grpo(run_c: Run) -> None:
+    run_c.check()
+    assert sorted(run_c.steps) == [1, 2], run_c.tail()
+    assert_estimator_in_verl(run_c, "advbudget_grpo", steps=2)
+    for metrics in run_c.steps.values():
+        assert metrics["actor/grad_norm"] > 0
