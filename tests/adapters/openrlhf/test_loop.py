@@ -78,7 +78,20 @@ class Run:
         return "\n".join(self.log.splitlines()[-lines:])
 
 
+# Ray gives its raylet 30 s to start (ray/_private/node.py:428, not configurable); on a
+# loaded machine it may not, before OpenRLHF has even started: that run is tried once more.
+RAY_START_FAILURE = "The current node timed out during startup"
+
+
 def run_example(cpu_dir: Path, *args: str, **env: str) -> Run:
+    run = _run_example(cpu_dir, *args, **env)
+    if run.returncode != 0 and RAY_START_FAILURE in run.log:
+        print("Ray did not start in 30 s, trying again")
+        run = _run_example(cpu_dir, *args, **env)
+    return run
+
+
+def _run_example(cpu_dir: Path, *args: str, **env: str) -> Run:
     probe = cpu_dir / f"probe-{len(list(cpu_dir.glob('probe-*')))}.txt"
     ray_tmp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths
     environ = {k: v for k, v in os.environ.items() if k not in ("WANDB_API_KEY", "RAY_ADDRESS")}

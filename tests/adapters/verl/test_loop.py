@@ -22,7 +22,9 @@ Three runs (module fixtures, ~1-3 min each on 2 cores) cover it all:
   checkpoint at 2;
 - B: A resumed (``resume_mode=auto``) to step 3 with dynamic micro-batches and κ_eff every
   3 steps: κ_eff at step 3 only if the schedule reads the restored step;
-- C: verl's legacy trainer (``trainer.use_v1=False``) with ``advbudget_grpo``, 1 rank.
+- C: verl's legacy trainer (``trainer.use_v1=False``) with ``advbudget_grpo``, 1 rank;
+- D: the V1 trainer with ``advbudget_grpo`` on 1 rank, fixed micro-batches of 8 (the pairs'
+  2-8 rows must be 8), κ_eff every step.
 """
 
 from __future__ import annotations
@@ -190,6 +192,28 @@ def run_c(base: Path) -> Run:
     )
 
 
+@pytest.fixture(scope="module")
+def run_d(base: Path) -> Run:
+    """V1 with advbudget's mirror of GRPO, 1 rank, fixed micro-batches, κ_eff every step."""
+    return run_example(
+        base,
+        "d",
+        "algorithm.adv_estimator=advbudget_grpo",
+        f"actor_rollout_ref.actor.optim.lr={LR}",
+        "actor_rollout_ref.actor.use_dynamic_bsz=False",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+        "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=False",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
+        "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=False",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8",
+        "trainer.save_freq=-1",
+        BUDGET="0",
+        RUN_NAME="tiny-qwen3_v1_grpo",  # not C's folder: verl would resume from C's checkpoint
+        KAPPA_EVERY="1",
+        TOTAL_STEPS="2",
+    )
+
+
 def advbudget_keys() -> set[str]:
     """The ``advbudget/*`` metrics the trainer mode logs every step (a batch with both
     kinds of group; no reward_failures: the reward is not advbudget's grader)."""
@@ -280,4 +304,16 @@ def test_c_legacy_trainer_runs_advbudget_grpo(run_c: Run) -> None:
     assert sorted(run_c.steps) == [1, 2], run_c.tail()
     assert_estimator_in_verl(run_c, "advbudget_grpo", steps=2)
     for metrics in run_c.steps.values():
+        assert metrics["actor/grad_norm"] > 0
+
+
+def test_d_v1_mirror_on_one_rank_logs_kappa_eff_every_step(run_d: Run) -> None:
+    run_d.check()
+    assert sorted(run_d.steps) == [1, 2], run_d.tail()
+    assert_estimator_in_verl(run_d, "advbudget_grpo", steps=2)
+    assert "κ_eff skipped" not in run_d.console, run_d.tail()
+    for step, metrics in run_d.steps.items():
+        missing = advbudget_keys() - set(metrics)
+        assert not missing, f"step {step} lacks {missing}"
+        assert metrics["advbudget/kappa_eff/count"] > 0, (step, metrics)
         assert metrics["actor/grad_norm"] > 0
