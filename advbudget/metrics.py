@@ -11,7 +11,8 @@ return Python floats ready for a logger.
 from __future__ import annotations
 
 import math
-from typing import Any
+import numbers
+from typing import Any, NamedTuple
 
 from .core import AdvantageResult, Groups
 from .core._arrays import Array, as_array, check_same_device
@@ -24,10 +25,14 @@ from .core._kappa import (
 )
 
 __all__ = [
+    "DEFAULT_SOLVED_REWARD",
     "SUMMARY_KEYS",
+    "GroupOutcomes",
     "KappaPairs",
     "advantage_metric_dict",
     "advantage_metrics",
+    "check_solved_reward",
+    "group_outcomes",
     "kappa",
     "kappa_eff",
     "kappa_eff_of_pairs",
@@ -40,6 +45,10 @@ __all__ = [
 ]
 
 SUMMARY_KEYS = ("mean", "median", "std", "min", "max", "count")
+
+#: A rollout is solved when its reward reaches this: the success value of 0/1 verifiers
+#: and of DAPO's +-1.
+DEFAULT_SOLVED_REWARD = 1.0
 
 
 def kappa(reward_gap: Any, beta: float) -> Any:
@@ -150,7 +159,12 @@ def kappa_metric_dict(values: Any, prefix: str = "advbudget/") -> dict[str, floa
     return {f"{prefix}kappa_eff/{key}": value for key, value in summarize(values).items()}
 
 
-def advantage_metric_dict(result: AdvantageResult, prefix: str = "advbudget/") -> dict[str, float]:
+def advantage_metric_dict(
+    result: AdvantageResult,
+    prefix: str = "advbudget/",
+    *,
+    solved_reward: float | None = DEFAULT_SOLVED_REWARD,
+) -> dict[str, float]:
     """:func:`advantage_metrics` keyed for a logger: ``{prefix}skipped_group_fraction``, ...
 
     Examples:
@@ -160,8 +174,11 @@ def advantage_metric_dict(result: AdvantageResult, prefix: str = "advbudget/") -
         >>> result = compute_advantages(np.array([1.0, 0.0, 1.0, 1.0]), "budget", group_size=2)
         >>> advantage_metric_dict(result)["advbudget/skipped_group_fraction"]
         0.5
+        >>> advantage_metric_dict(result)["advbudget/solved_group_fraction"]
+        0.5
     """
-    return {prefix + key: value for key, value in advantage_metrics(result).items()}
+    metrics = advantage_metrics(result, solved_reward=solved_reward)
+    return {prefix + key: value for key, value in metrics.items()}
 
 
 def summarize(values: Any) -> dict[str, float]:
@@ -196,15 +213,29 @@ def summarize(values: Any) -> dict[str, float]:
     }
 
 
-def advantage_metrics(result: AdvantageResult) -> dict[str, float]:
+def advantage_metrics(
+    result: AdvantageResult, *, solved_reward: float | None = DEFAULT_SOLVED_REWARD
+) -> dict[str, float]:
     """Advantage statistics of one batch, as Python floats for a logger.
 
-    Keys: ``skipped_group_fraction`` (groups with no reward gap), ``advantage_gap_mean``
+    Keys: ``skipped_group_fraction`` (groups with no reward gap),
+    ``unsolved_group_fraction`` and ``solved_group_fraction`` (groups where no rollout,
+    or every rollout, reached ``solved_reward``: see :func:`group_outcomes`; left out when
+    ``solved_reward`` is None, NaN when no group has a reward), ``advantage_gap_mean``
     (mean over the other groups of max - min advantage; NaN when every group was
     skipped), ``positive_advantage_fraction`` (rollouts with A > 0),
     ``valid_fraction`` (rollouts that take part in the update), the ``mean``,
     ``std``, ``min`` and ``max`` of the advantages, and ``nan_reward_fraction`` (rollouts
     whose reward was NaN, left out under ``nan_policy="omit"``).
+
+    The solved/unsolved split separates what ``skipped_group_fraction`` mixes (all wrong,
+    all right). A large and flat ``unsolved_group_fraction`` over a run is the persistent
+    regime in which reward budgeting helps; one that falls to zero is the transient one.
+
+    Args:
+        result: the batch's :class:`~advbudget.AdvantageResult`.
+        solved_reward: the reward at which a rollout counts as solved (default 1.0, the
+            success value of 0/1 verifiers and DAPO's +-1); None leaves the two keys out.
 
     Examples:
         >>> import numpy as np
@@ -213,7 +244,11 @@ def advantage_metrics(result: AdvantageResult) -> dict[str, float]:
         >>> result = compute_advantages(np.array([1.0, 0.0, 1.0, 1.0]), "budget", group_size=2)
         >>> advantage_metrics(result)["skipped_group_fraction"]
         0.5
+        >>> metrics = advantage_metrics(result)
+        >>> metrics["unsolved_group_fraction"], metrics["solved_group_fraction"]
+        (0.0, 0.5)
     """
+    solved_reward = check_solved_reward(solved_reward)
     xp = result.grouped.xp
     advantages = result.advantages
     num_groups = result.num_groups
@@ -222,8 +257,15 @@ def advantage_metrics(result: AdvantageResult) -> dict[str, float]:
     gaps = xp.where(kept, result.group_advantage_gap, xp.zeros_like(result.group_advantage_gap))
     gap_mean = float(xp.sum(gaps)) / num_kept if num_kept else math.nan
     n = int(advantages.shape[0])
+    metrics = {"skipped_group_fraction": (num_groups - num_kept) / num_groups}
+    if solved_reward is not None:
+        outcomes = group_outcomes(result, solved_reward)
+        scored = int(xp.count_nonzero(outcomes.scored))
+        for key, groups in (("unsolved", outcomes.unsolved), ("solved", outcomes.solved)):
+            count = int(xp.count_nonzero(groups))
+            metrics[f"{key}_group_fraction"] = count / scored if scored else math.nan
     return {
-        "skipped_group_fraction": (num_groups - num_kept) / num_groups,
+        **metrics,
         "advantage_gap_mean": gap_mean,
         "positive_advantage_fraction": int(xp.count_nonzero(advantages > 0)) / n,
         "valid_fraction": int(xp.count_nonzero(result.valid)) / n,
@@ -234,6 +276,84 @@ def advantage_metrics(result: AdvantageResult) -> dict[str, float]:
         # rollouts left out for a NaN reward (nan_policy="omit"): the rest have a reward
         "nan_reward_fraction": 1 - float(xp.sum(result.grouped.count)) / n,
     }
+
+
+class GroupOutcomes(NamedTuple):
+    """Per group, ``[M]`` bools in group order (that of ``AdvantageResult.group_skipped``)."""
+
+    solved: Array
+    """Every rollout with a reward reached ``solved_reward``."""
+    unsolved: Array
+    """No rollout reached ``solved_reward``."""
+    scored: Array
+    """The group has at least one rollout with a reward (not NaN): the denominator."""
+
+
+def group_outcomes(
+    result: AdvantageResult, solved_reward: float = DEFAULT_SOLVED_REWARD
+) -> GroupOutcomes:
+    """Which groups were solved by every rollout, which by none.
+
+    The rule: a rollout is *solved* when its reward is at least ``solved_reward`` less the
+    tie tolerance the advantages were computed with,
+    ``reward >= solved_reward - (tie_atol + tie_rtol * |solved_reward|)``: a reward the
+    estimator would call tied with ``solved_reward`` counts as reaching it (with the
+    default 1e-6, rounding noise such as ``0.1 + 0.2 + 0.7`` does; exact-tie conventions,
+    ``tie_rtol = tie_atol = 0``, compare exactly). The same rule serves 0/1, +-1 and graded
+    rewards; a reward above ``solved_reward`` is solved too.
+
+    Only rollouts with a reward count: a NaN reward left out under ``nan_policy="omit"`` is
+    not a rollout of its group here, and a group with no reward at all is neither solved
+    nor unsolved (``scored`` False). A group of one is solved or unsolved, never both.
+    Among the scored groups, solved + unsolved + mixed (some rollouts solved, some not)
+    is every group; the fractions of :func:`advantage_metrics` are over the scored groups.
+
+    Examples:
+        >>> import numpy as np
+        >>> from advbudget import compute_advantages
+        >>> from advbudget.metrics import group_outcomes
+        >>> rewards = np.array([1.0, 1.0, 0.0, 0.0, 1.0, 0.0, np.nan, np.nan])
+        >>> result = compute_advantages(rewards, "budget", group_size=2, nan_policy="omit")
+        >>> outcome = group_outcomes(result)
+        >>> outcome.solved.tolist(), outcome.unsolved.tolist(), outcome.scored.tolist()
+        ([True, False, False, False], [False, True, False, False], [True, True, True, False])
+    """
+    bar = check_solved_reward(solved_reward)
+    if bar is None:
+        raise ValueError("solved_reward: expected a finite number, got None")
+    g = result.grouped
+    xp, groups = g.xp, result.groups
+    threshold = bar - (result.tie_atol + result.tie_rtol * abs(bar))
+    rows = g.rewards
+    if g.present is None:
+        low, high = groups.min_max(rows)
+    else:  # NaN and padding slots never decide: +inf for the min, -inf for the max
+        low = groups.min(xp.where(g.present, rows, math.inf))
+        high = groups.max(xp.where(g.present, rows, -math.inf))
+    scored = groups.per_group(g.count > 0)
+    solved = groups.per_group(low >= threshold) & scored
+    unsolved = groups.per_group(high < threshold) & scored
+    return GroupOutcomes(solved=solved, unsolved=unsolved, scored=scored)
+
+
+def check_solved_reward(value: Any, name: str = "solved_reward") -> float | None:
+    """``value`` as a float, or None (the split off); anything else (a bool, a string, a
+    non-finite number) raises a one-line ValueError naming ``name``.
+
+    Examples:
+        >>> from advbudget.metrics import check_solved_reward
+        >>> check_solved_reward(1), check_solved_reward(None)
+        (1.0, None)
+        >>> check_solved_reward(True)
+        Traceback (most recent call last):
+        ...
+        ValueError: solved_reward: expected a finite number or None, got True
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise ValueError(f"{name}: expected a finite number or None, got {value!r}")
+    return float(value)
 
 
 def oscillation(batch_means: Any) -> float:

@@ -121,6 +121,8 @@ def compute_advantages(
         group_skipped=grouped.groups.per_group(grouped.skipped),
         grouped=grouped,
         advantage_rows=rows,
+        tie_rtol=float(tie_rtol),
+        tie_atol=float(tie_atol),
     )
 
 

@@ -23,6 +23,8 @@ class AdvantageResult:
         groups: the grouping used; pass it as ``groups=`` to reuse it.
         group_skipped: ``[M]`` bool, True for groups that got no update (no reward gap,
             a group of one, or no reward at all).
+        tie_rtol, tie_atol: the tie tolerance the advantages were computed with (the
+            metrics' ``solved_reward`` rule uses it too).
     """
 
     advantages: Array
@@ -31,6 +33,8 @@ class AdvantageResult:
     group_skipped: Array
     grouped: GroupedRewards = field(repr=False)
     advantage_rows: Array = field(repr=False)
+    tie_rtol: float = field(default=0.0, repr=False)
+    tie_atol: float = field(default=0.0, repr=False)
 
     @cached_property
     def valid(self) -> Array:

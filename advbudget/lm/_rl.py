@@ -19,6 +19,8 @@ TRL_KEYS = {
     "reward": "reward",
     "train_entropy": "entropy",
     "skipped_group_fraction": "advbudget/skipped_group_fraction",
+    "unsolved_group_fraction": "advbudget/unsolved_group_fraction",
+    "solved_group_fraction": "advbudget/solved_group_fraction",
     "kappa_eff": "advbudget/kappa_eff/mean",
     "frac_reward_zero_std": "frac_reward_zero_std",
     "completion_length": "completions/mean_length",

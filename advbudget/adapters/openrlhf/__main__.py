@@ -10,9 +10,12 @@ checks, its trainer) with three changes:
   a plugin's own; read inside the trainer as ``args.advbudget.<option>``; unset ones keep
   the estimator's default), ``--advbudget.tie_rtol`` / ``--advbudget.tie_atol``,
   ``--advbudget.kappa_every K`` (log κ_eff every K steps, one extra actor forward over 2
-  samples per group; 0 turns it off; default 10) and ``--advbudget.parse_only`` (parse and
-  run OpenRLHF's argument checks, print the estimator, stop before Ray starts; only the
-  parser block of ``train_ppo_ray`` runs, so no vLLM or flash-attn is needed);
+  samples per group; 0 turns it off; default 10), ``--advbudget.solved_reward R`` (the
+  reward at which a sample counts as solved in ``advbudget/unsolved_group_fraction`` and
+  ``advbudget/solved_group_fraction``; default 1.0; ``none`` turns the split off) and
+  ``--advbudget.parse_only`` (parse and run OpenRLHF's argument checks, print the
+  estimator, stop before Ray starts; only the parser block of ``train_ppo_ray`` runs, so
+  no vLLM or flash-attn is needed);
 - Ray is initialised with our patch as ``worker_process_setup_hook`` (plus OpenRLHF's own
   env_vars) so that the ``PPOTrainer`` actor computes our advantages. Under ``ray job
   submit`` the job's ``--runtime-env-json`` may carry the hook too (needed when the job runs
@@ -35,18 +38,27 @@ from typing import Any
 
 from advbudget.core import estimator_specs, get_spec
 
-from ._advantages import OPENRLHF, estimator_names, is_ours
+from ._advantages import OPENRLHF, estimator_names, is_ours, parse_solved_reward
 from ._parse_only import ParsedOnly, run_main_block
 from ._patch import HOOK, install
 from ._version import check_openrlhf_version
 
 ESTIMATOR_FLAG = "--algo.advantage.estimator"
 DEFAULT_KAPPA_EVERY = OPENRLHF.kappa_every
-_OWN_FLAGS = ("kappa_every", "parse_only", "tie_rtol", "tie_atol", "nan_policy")
+_OWN_FLAGS = ("kappa_every", "parse_only", "tie_rtol", "tie_atol", "nan_policy", "solved_reward")
 
 
 def validate(flat: argparse.Namespace) -> None:
-    """Our own preconditions on OpenRLHF's flat (dotted) namespace; raises ``SystemExit``."""
+    """Our own preconditions on OpenRLHF's flat (dotted) namespace; raises ``SystemExit``.
+
+    ``--advbudget.solved_reward`` is stored back as a float, or ``"none"`` when off."""
+    given = getattr(flat, "advbudget.solved_reward", None)
+    if given is not None:
+        try:
+            value = parse_solved_reward(given)
+        except ValueError as error:
+            raise SystemExit(f"advbudget: {error}") from None
+        setattr(flat, "advbudget.solved_reward", "none" if value is None else value)
     estimator = getattr(flat, "algo.advantage.estimator", None)
     if estimator is None or not is_ours(estimator):
         return
@@ -119,6 +131,7 @@ def _patched_parser(parse_only: bool) -> Iterator[None]:
         original_add(self, "--advbudget.tie_atol", type=float, default=None)
         original_add(self, "--advbudget.nan_policy", choices=("raise", "omit"), default=None)
         original_add(self, "--advbudget.kappa_every", type=int, default=DEFAULT_KAPPA_EVERY)
+        original_add(self, "--advbudget.solved_reward", type=str, default=None)
         original_add(self, "--advbudget.parse_only", action="store_true", default=False)
         flat = original_parse(self, *args, **kwargs)
         validate(flat)

@@ -20,13 +20,15 @@ order:
    gae/reinforce/reinforce_baseline).
 
 ADDED: ``info["advbudget/..."]``, the advantage metrics of the verl adapter as per-sample
-lists whose sample means OpenRLHF logs (:func:`sample_metrics`); and, when
+lists whose sample means OpenRLHF logs (:func:`sample_metrics`; the solved/unsolved split
+at ``--advbudget.solved_reward``, default 1.0, ``none`` turns it off); and, when
 ``--advbudget.kappa_every`` is set, each group's o+ / o- kept on the maker for the κ_eff
 pass after the update (:mod:`._kappa`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import logging
@@ -35,13 +37,20 @@ from typing import Any
 
 from advbudget.core import KappaPairs as CorePairs
 from advbudget.core import compute_advantages, get_convention, get_spec, kappa_pairs, make_groups
-from advbudget.metrics import advantage_metrics
+from advbudget.metrics import (
+    DEFAULT_SOLVED_REWARD,
+    advantage_metrics,
+    check_solved_reward,
+    group_outcomes,
+)
 
 from ._returns import cumulative_returns
 
 _logger = logging.getLogger("advbudget.adapters.openrlhf")
 OPENRLHF = get_convention("openrlhf")
 METRIC_PREFIX = OPENRLHF.metric_prefix
+SOLVED_REWARD_FLAG = "--advbudget.solved_reward"
+_OFF = ("none", "null", "off")
 
 
 def estimator_names() -> list[str]:
@@ -58,6 +67,35 @@ def is_ours(name: str) -> bool:
 def option_value(args: Any, key: str) -> Any:
     """``--advbudget.<key>`` from OpenRLHF's hierarchised args (None when not given)."""
     return getattr(getattr(args, "advbudget", None), key, None)
+
+
+def parse_solved_reward(value: Any) -> float | None:
+    """``--advbudget.solved_reward`` as a float, or None for ``none`` / ``null`` / ``off``
+    (the split off); anything else raises a one-line ValueError naming the flag.
+
+    Examples:
+        >>> parse_solved_reward("0.5"), parse_solved_reward("none"), parse_solved_reward(2)
+        (0.5, None, 2.0)
+    """
+    if isinstance(value, str):
+        text = value.strip()
+        if text.lower() in _OFF:
+            return None
+        with contextlib.suppress(ValueError):  # not a number: refused below
+            value = float(text)
+    try:
+        return check_solved_reward(value, SOLVED_REWARD_FLAG)
+    except ValueError:
+        raise ValueError(
+            f"{SOLVED_REWARD_FLAG}: expected a finite number or none (off), got {value!r}"
+        ) from None
+
+
+def solved_reward(args: Any) -> float | None:
+    """``--advbudget.solved_reward`` from OpenRLHF's args: 1.0 when not given (also
+    without our entry point), None when turned off."""
+    value = option_value(args, "solved_reward")
+    return DEFAULT_SOLVED_REWARD if value is None else parse_solved_reward(value)
 
 
 def core_estimator(name: str, args: Any = None) -> tuple[str, dict[str, Any]]:
@@ -95,6 +133,7 @@ def compute_advantages_and_returns(
     args = maker.strategy.args
     name = estimator or args.algo.advantage.estimator
     core, options = core_estimator(name, args)
+    bar = solved_reward(args)  # a bad value fails before any work
     n = int(args.rollout.n_samples_per_prompt)
     if n < 2:
         raise ValueError(f"{name} requires --rollout.n_samples_per_prompt > 1, got {n}")
@@ -143,7 +182,7 @@ def compute_advantages_and_returns(
         "group_reward_std": groups.flat(groups.rows(rewards).std(-1, keepdim=True).expand(-1, n)),
         "return": reward.sum(-1),
     }
-    metrics = sample_metrics(result)
+    metrics = sample_metrics(result, solved_reward=bar)
     starts = list(itertools.accumulate([0, *sizes[:-1]]))  # each experience's first sample
 
     # Each experience gets views of batch tensors when Ray ships a view's own elements,
@@ -192,7 +231,9 @@ def _inputs(name: str, core: str, experiences: list[Any], rewards: Any) -> dict[
     return out
 
 
-def sample_metrics(result: Any) -> dict[str, list[float]]:
+def sample_metrics(
+    result: Any, *, solved_reward: float | None = DEFAULT_SOLVED_REWARD
+) -> dict[str, list[float]]:
     """:func:`advbudget.metrics.advantage_metrics` as per-sample lists in the result's
     (experience) order, keyed ``advbudget/...`` as in the verl adapter.
 
@@ -200,26 +241,37 @@ def sample_metrics(result: Any) -> dict[str, list[float]]:
     advantage are per-sample values whose mean is the batch's; the advantage gap (a mean
     over kept groups), std, min and max are the batch's value for every sample. Python lists
     (which OpenRLHF's info accepts) cost no tensor per experience.
+
+    ``unsolved_group_fraction`` / ``solved_group_fraction`` are fractions of the groups
+    with a reward: each sample of such a group carries 1 or 0 (every group has
+    ``n_samples_per_prompt`` samples), each sample of a group with no reward (all NaN,
+    ``nan_policy="omit"``) carries the batch's fraction, so the sample mean is the batch's
+    value. With no reward at all the two keys are left out, as the gap; with
+    ``solved_reward=None`` they are not computed.
     """
     import torch
 
     num = int(result.advantages.shape[0])
-    per_sample = torch.stack(
-        [
-            result.group_skipped[result.group_index],  # skipped_group_fraction: equal groups
-            result.advantages > 0,
-            result.valid,
-            result.advantages,
-        ]
-    ).double()
-    batch = advantage_metrics(result)
-    names = (
-        "skipped_group_fraction",
-        "positive_advantage_fraction",
-        "valid_fraction",
-        "advantage_mean",
-    )
-    metrics = dict(zip(names, per_sample.tolist(), strict=True))
+    per_sample = [result.group_skipped[result.group_index]]  # skipped: equal groups
+    batch = advantage_metrics(result, solved_reward=solved_reward)
+    names = ["skipped_group_fraction"]
+    if solved_reward is not None:
+        outcomes = group_outcomes(result, solved_reward)
+        for name, groups in (
+            ("unsolved_group_fraction", outcomes.unsolved),
+            ("solved_group_fraction", outcomes.solved),
+        ):
+            if math.isnan(batch[name]):
+                continue  # no group has a reward: no value (OpenRLHF would log NaN)
+            value = torch.full_like(groups, batch[name], dtype=torch.float64)
+            per_sample.append(
+                torch.where(outcomes.scored, groups.double(), value)[result.group_index]
+            )
+            names.append(name)
+    per_sample += [result.advantages > 0, result.valid, result.advantages]
+    names += ["positive_advantage_fraction", "valid_fraction", "advantage_mean"]
+    stacked = torch.stack([values.double() for values in per_sample])
+    metrics = dict(zip(names, stacked.tolist(), strict=True))
     batch_wide = (
         "advantage_gap_mean",
         "advantage_std",

@@ -31,7 +31,12 @@ from advbudget.core import (
     kappa_pairs,
     sequence_logprobs,
 )
-from advbudget.metrics import advantage_metric_dict, kappa_metric_dict
+from advbudget.metrics import (
+    DEFAULT_SOLVED_REWARD,
+    advantage_metric_dict,
+    check_solved_reward,
+    kappa_metric_dict,
+)
 
 from ._version import check_trl_version
 
@@ -97,6 +102,11 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
             (dapo, bnpo, cispo: ``num_items_in_batch`` is recomputed). The per-sequence
             ``grpo`` loss still divides by the number of sequences. Default False: TRL's
             behaviour (advantage 0, tokens still counted).
+        solved_reward: the reward (TRL's weighted sum) at which a completion counts as
+            solved, for ``advbudget/unsolved_group_fraction`` (no completion of the group
+            reached it) and ``advbudget/solved_group_fraction`` (every one did); default
+            1.0, the success value of 0/1 and +-1 rewards; None leaves the two keys out.
+            See :func:`advbudget.metrics.group_outcomes` for the rule.
         kappa_every: log κ_eff every this many generation batches (0, the default: never).
             The old log-probs come from TRL's ``old_per_token_logps`` when the batch is
             reused, else from one extra forward pass before the update; the new ones from
@@ -104,7 +114,8 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
             max/min-advantage rollouts of each group only.
 
     Metrics (in ``self._metrics[mode]``, logged by TRL with an ``eval_`` prefix in eval):
-    ``advbudget/skipped_group_fraction``, ``advbudget/advantage_gap_mean``,
+    ``advbudget/skipped_group_fraction``, ``advbudget/unsolved_group_fraction``,
+    ``advbudget/solved_group_fraction``, ``advbudget/advantage_gap_mean``,
     ``advbudget/positive_advantage_fraction``, ``advbudget/valid_fraction``,
     ``advbudget/advantage_mean``, ``advbudget/advantage_std`` and
     ``advbudget/nan_reward_fraction`` (rollouts every reward function scored None), and
@@ -138,6 +149,7 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
         tie_atol: float | None = None,
         skip_empty_groups: bool = False,
         kappa_every: int = 0,
+        solved_reward: float | None = DEFAULT_SOLVED_REWARD,
         **kwargs: Any,
     ) -> None:
         if isinstance(advantage_estimator, str):
@@ -157,6 +169,7 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
             raise TypeError(f"skip_empty_groups: expected a bool, got {skip_empty_groups!r}")
         if isinstance(kappa_every, bool) or not isinstance(kappa_every, int) or kappa_every < 0:
             raise ValueError(f"kappa_every: expected an int >= 0, got {kappa_every!r}")
+        solved_reward = check_solved_reward(solved_reward)  # one line naming the option
         overrides = dict(advantage_options or {})
         for key, value in (("tie_rtol", tie_rtol), ("tie_atol", tie_atol)):
             if value is not None:
@@ -176,6 +189,7 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
         self.nan_policy = nan_policy
         self.skip_empty_groups = skip_empty_groups
         self.kappa_every = kappa_every
+        self.solved_reward = solved_reward
         super().__init__(*args, **kwargs)
         if self.multi_objective_aggregation != "sum_then_normalize":
             raise ValueError(
@@ -224,7 +238,7 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
             self._drop_invalid_rows(output, result.valid[local])
 
         self._replace_logged_advantages(advantages)
-        metrics = advantage_metric_dict(result, METRIC_PREFIX)
+        metrics = advantage_metric_dict(result, METRIC_PREFIX, solved_reward=self.solved_reward)
         metrics = {k: v for k, v in metrics.items() if not k.endswith(("_min", "_max"))}
         self._log_metrics(mode, metrics)
         if mode == "train" and self.kappa_every:

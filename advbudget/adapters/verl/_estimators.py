@@ -22,6 +22,9 @@ line, e.g. ``+algorithm.advbudget.budget=0.5``):
 - ``advbudget.nan_policy``: ``raise`` (default: a NaN reward stops the step, naming the
   rollout) or ``omit`` (left out of its group, advantage 0; ``advbudget/nan_reward_fraction``
   in the metrics);
+- ``advbudget.solved_reward`` (metrics only, default 1.0): a response whose sequence reward
+  reaches it (within the tie tolerance) is solved, for ``advbudget/unsolved_group_fraction``
+  and ``advbudget/solved_group_fraction``; ``null`` leaves the two keys out;
 - ``norm_adv_by_std_in_grpo`` (verl's own, default True): ``advbudget_grpo`` divides by the
   group std only when it is True; False gives Dr.GRPO's ``r - mean``, as verl's ``grpo``.
 

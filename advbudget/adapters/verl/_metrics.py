@@ -5,11 +5,51 @@ from __future__ import annotations
 from typing import Any
 
 from advbudget.core import get_spec, kappa_eff_of_pairs, kappa_pairs, sequence_logprobs
-from advbudget.metrics import advantage_metric_dict, kappa_metric_dict
+from advbudget.metrics import (
+    DEFAULT_SOLVED_REWARD,
+    advantage_metric_dict,
+    check_solved_reward,
+    kappa_metric_dict,
+)
 
 from ._estimators import VERL, compute_result, option
 
 METRIC_PREFIX = VERL.metric_prefix
+SOLVED_REWARD_OPTION = "algorithm.advbudget.solved_reward"
+
+
+def solved_reward(config: Any) -> float | None:
+    """``+algorithm.advbudget.solved_reward``: the reward at which a response counts as
+    solved in ``advbudget/{unsolved,solved}_group_fraction`` (default 1.0; ``null``, or
+    ``None`` as hydra passes it, a string, turns the split off).
+
+    Raises a one-line ValueError naming the option for anything else than a finite number.
+
+    Examples:
+        >>> solved_reward({"advbudget": {"solved_reward": 0.5}}), solved_reward(None)
+        (0.5, 1.0)
+        >>> solved_reward({"advbudget": {"solved_reward": None}}) is None
+        True
+    """
+    node = option(config, "advbudget", None)
+    if node is None:
+        return DEFAULT_SOLVED_REWARD
+    if isinstance(node, dict) or hasattr(node, "keys"):  # a dict or a DictConfig
+        if "solved_reward" not in node:
+            return DEFAULT_SOLVED_REWARD
+        value = node["solved_reward"]
+    elif hasattr(node, "solved_reward"):
+        value = node.solved_reward
+    else:
+        return DEFAULT_SOLVED_REWARD
+    if isinstance(value, str) and value.strip().lower() in ("none", "null"):
+        return None
+    try:
+        return check_solved_reward(value, SOLVED_REWARD_OPTION)
+    except ValueError:
+        raise ValueError(
+            f"{SOLVED_REWARD_OPTION}: expected a finite number or null (off), got {value!r}"
+        ) from None
 
 
 def metrics_estimator(config: Any) -> str | None:
@@ -38,8 +78,11 @@ def batch_metrics(data: Any, config: Any, *, estimator: str | None = None) -> di
     names; verl's ``grpo`` is described by ``advbudget_grpo``) from
     ``data.batch["token_level_rewards"]`` and ``data.non_tensor_batch["uid"]``: a few
     milliseconds per 65k responses. Keys (see :func:`advbudget.metrics.advantage_metrics`):
-    ``advbudget/skipped_group_fraction``, ``advbudget/advantage_gap_mean`` (NaN when every
-    group was skipped), ``advbudget/positive_advantage_fraction``,
+    ``advbudget/skipped_group_fraction``, ``advbudget/unsolved_group_fraction`` and
+    ``advbudget/solved_group_fraction`` (groups where no response, or every one, reached
+    ``+algorithm.advbudget.solved_reward``, default 1.0, on the sequence rewards the
+    estimator sees; absent when it is ``null``), ``advbudget/advantage_gap_mean`` (NaN when
+    every group was skipped), ``advbudget/positive_advantage_fraction``,
     ``advbudget/valid_fraction``, ``advbudget/advantage_{mean,std,min,max}``. An
     estimator that is not a group estimator (``gae``, ...) gives an empty dict.
 
@@ -55,7 +98,7 @@ def batch_metrics(data: Any, config: Any, *, estimator: str | None = None) -> di
     mask = data.batch["response_mask"] if "response_mask" in fields else None  # response_lengths
     rewards, uids = data.batch["token_level_rewards"], data.non_tensor_batch["uid"]
     result = compute_result(name, rewards, uids, config, response_mask=mask)
-    return advantage_metric_dict(result, METRIC_PREFIX)
+    return advantage_metric_dict(result, METRIC_PREFIX, solved_reward=solved_reward(config))
 
 
 def kappa_metrics(

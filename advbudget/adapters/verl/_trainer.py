@@ -4,7 +4,9 @@ Select one with ``trainer.v1.trainer_mode=advbudget_sync`` (or ``advbudget_coloc
 ``advbudget_separate_async``): each is verl's trainer of that mode (``sync``, ...) plus
 
 - after the advantage step: :func:`~advbudget.adapters.verl.batch_metrics`
-  (``advbudget/skipped_group_fraction``, ``advbudget/advantage_gap_mean``,
+  (``advbudget/skipped_group_fraction``, ``advbudget/unsolved_group_fraction``,
+  ``advbudget/solved_group_fraction`` (``+algorithm.advbudget.solved_reward``, default 1.0;
+  ``null``: off), ``advbudget/advantage_gap_mean``,
   ``advbudget/positive_advantage_fraction``, ...), every step, a few ms of CPU;
 - after the actor update, every ``kappa_every`` steps (``+algorithm.advbudget.kappa_every``,
   default 10; 0 turns it off): κ_eff (``advbudget/kappa_eff/{mean,median,std,min,max,count}``)
@@ -28,7 +30,7 @@ import warnings
 from typing import Any
 
 from ._estimators import VERL, option
-from ._metrics import batch_metrics, metrics_estimator
+from ._metrics import batch_metrics, metrics_estimator, solved_reward
 
 # Our mode name -> (module, class, verl's mode name) of the verl trainer it extends.
 BASE_TRAINERS = {
@@ -78,6 +80,8 @@ def _make_trainer(base: type, base_mode: str) -> type:
         def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
             from omegaconf import open_dict
 
+            # A bad solved_reward fails here, before any model loads.
+            solved_reward(option(config, "algorithm", None))
             with open_dict(config):
                 config.trainer.v1.trainer_mode = base_mode
             super().__init__(config, *args, **kwargs)

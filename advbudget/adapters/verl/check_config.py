@@ -37,8 +37,10 @@ def validate(config: Any) -> None:
         from verl.utils.config import validate_config
 
     import advbudget.adapters.verl as adapter
+    from advbudget.adapters.verl._metrics import solved_reward
 
     adapter.register_estimators()
+    solved_reward(config.algorithm)  # +algorithm.advbudget.solved_reward: a number or null
     # First: verl takes an unknown estimator for one that needs a critic and fails later
     # on the critic's model path, far from the cause.
     estimator = config.algorithm.adv_estimator

@@ -75,6 +75,27 @@ def test_kappa_every_flag() -> None:
         parse(*flags, "--advbudget.kappa_every", "-1")
 
 
+def test_solved_reward_flag() -> None:
+    """``--advbudget.solved_reward``: a number, ``none`` to turn the split off (default 1.0
+    in the trainer when not given); anything else is one line naming the flag."""
+    from advbudget.adapters.openrlhf._advantages import solved_reward
+
+    flags = ["--algo.advantage.estimator", "reward_budget", "--rollout.n_samples_per_prompt", "8"]
+    assert parse(*flags).advbudget.solved_reward is None
+    assert solved_reward(parse(*flags)) == 1.0
+    assert parse(*flags, "--advbudget.solved_reward", "0.5").advbudget.solved_reward == 0.5
+    off = parse(*flags, "--advbudget.solved_reward", "None")
+    assert solved_reward(off) is None
+    for bad in ("high", "nan", "inf"):
+        with pytest.raises(SystemExit) as info:
+            parse(*flags, "--advbudget.solved_reward", bad)
+        message = str(info.value.code)
+        assert message.startswith(
+            "advbudget: --advbudget.solved_reward: expected a finite number or none (off), got "
+        ), message
+        assert "\n" not in message
+
+
 def test_rejects_bad_budget() -> None:
     with pytest.raises(SystemExit, match=r"budget: expected a positive finite number, got 0\.0"):
         parse(

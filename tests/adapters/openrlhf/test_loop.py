@@ -56,6 +56,8 @@ ADVANTAGE_METRICS = {
     "advbudget/advantage_gap_mean",
     "advbudget/positive_advantage_fraction",
     "advbudget/skipped_group_fraction",
+    "advbudget/unsolved_group_fraction",
+    "advbudget/solved_group_fraction",
     "advbudget/valid_fraction",
     "advbudget/nan_reward_fraction",
 }

@@ -5,6 +5,7 @@ reward clipping and length penalties on."""
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -139,6 +140,61 @@ def test_metrics_survive_openrlhf_batching_and_average_to_the_batch_values(name:
         logged = merged.info[f"advbudget/{key}"]
         assert logged.shape == (6 * n,)
         assert logged.float().mean().item() == pytest.approx(value, rel=1e-5, abs=1e-6), key
+
+
+def _openrlhf_logged_means(experiences: list[Any]) -> dict[str, float]:
+    """What the actor logs for each ``advbudget/*`` info key: the replay buffer splits the
+    experiences per sample and merges them into micro-batches; each key's sample mean."""
+    from openrlhf.trainer.ppo_utils.experience import (
+        make_experience_batch,
+        split_experience_batch,
+    )
+
+    for e in experiences:
+        e.sequences = torch.zeros(len(e.index), 1)  # the replay buffer counts samples by it
+    items = [item for e in experiences for item in split_experience_batch(e)]
+    merged = make_experience_batch(items[::-1])
+    return {
+        key: torch.as_tensor(values).float().mean().item()
+        for key, values in merged.info.items()
+        if key.startswith("advbudget/")
+    }
+
+
+def test_solved_split_in_openrlhf_info_with_nan_groups_and_graded_rewards() -> None:
+    """``--advbudget.solved_reward 0.5`` on graded rewards with NaN ones omitted: the
+    sample means OpenRLHF logs are the fractions of the groups with a reward, by hand.
+
+    Groups of 4 (prompt-major): 0 = [1, 0.5, 0.5, nan] solved, 1 = all nan (no reward:
+    in neither, not in the denominator), 2 = [0, -1, 0, nan] unsolved, 3 = [0.5, 0, 1, 0]
+    mixed, 4 = [nan, 0.5, 1, 1] solved."""
+    from types import SimpleNamespace
+
+    nan = float("nan")
+    by_slot = [1, 0.5, 0.5, nan, nan, nan, nan, nan, 0, -1, 0, nan, 0.5, 0, 1, 0, nan, 0.5, 1, 1]
+
+    def run(**options: object) -> list[Any]:
+        experiences = make_experiences(5, 4, micro_batch=3, seed=4)
+        for e in experiences:
+            e.rewards = torch.tensor([by_slot[i] for i in e.index])
+        args = make_args("reward_budget", 4)
+        args.advbudget = SimpleNamespace(nan_policy="omit", **options)
+        return compute_advantages_and_returns(make_maker(args), experiences)
+
+    logged = _openrlhf_logged_means(run(solved_reward="0.5"))
+    assert logged["advbudget/solved_group_fraction"] == pytest.approx(2 / 4, rel=1e-6)
+    assert logged["advbudget/unsolved_group_fraction"] == pytest.approx(1 / 4, rel=1e-6)
+    assert logged["advbudget/skipped_group_fraction"] == pytest.approx(1 / 5, rel=1e-6)
+    # the default bar, 1.0: groups 0, 3 and 4 are mixed now, 2 still unsolved
+    logged = _openrlhf_logged_means(run())
+    assert logged["advbudget/solved_group_fraction"] == 0.0
+    assert logged["advbudget/unsolved_group_fraction"] == pytest.approx(1 / 4, rel=1e-6)
+    # none: the split is off, the keys absent
+    out = run(solved_reward="none")
+    assert not any("solved_group_fraction" in key for e in out for key in e.info)
+    # a bad value set in the args (not through our parser): one line naming the flag
+    with pytest.raises(ValueError, match=r"^--advbudget\.solved_reward: expected a finite number"):
+        run(solved_reward=True)
 
 
 @settings(max_examples=40, deadline=None)

@@ -132,6 +132,7 @@ def test_quick_run_end_to_end(tmp_path: Path) -> None:
         history = run_record["history"]
         for key in (
             "reward", "train_entropy", "skipped_group_fraction", "kappa_eff",
+            "unsolved_group_fraction", "solved_group_fraction",
             f"routine/avg@{n}", f"routine/pass@{n}", f"hard/avg@{n}", f"hard/pass@{n}",
             "entropy", "kl_to_warm_start",
         ):  # fmt: skip

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -89,6 +90,54 @@ def test_skipped_and_unscorable_rollouts(make_trainer: Any, skip_empty_groups: b
     assert checked >= 8
     logs = [entry for entry in trainer.state.log_history if "loss" in entry]
     assert any(entry["advbudget/skipped_group_fraction"] > 0 for entry in logs)
+
+
+def test_solved_split_in_trl_logs(make_trainer: Any) -> None:
+    """``advbudget/{unsolved,solved}_group_fraction`` in TRL's log every step, equal to the
+    fractions counted by hand from the rewards TRL computed: over the groups with a reward
+    ("none" prompts are unscorable: no reward, in neither), at the default bar 1.0 ("const"
+    prompts score 1.0 for every completion: solved)."""
+    trainer = make_trainer(
+        AdvBudgetGRPOTrainer,
+        reward_funcs=mixed_reward,
+        config={"max_steps": 2, "per_device_train_batch_size": 16},
+    )
+    seen: list[tuple[list[float], int]] = []
+    original = trainer.compute_group_advantages
+
+    def wrapped(rewards_per_func: Any, group_size: int) -> Any:
+        seen.append((rewards_per_func[:, 0].tolist(), group_size))  # one function, weight 1
+        return original(rewards_per_func, group_size)
+
+    trainer.compute_group_advantages = wrapped
+    trainer.train()
+    logs = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert len(logs) == len(seen) == 2
+    for entry, (rewards, size) in zip(logs, seen, strict=True):
+        groups = [rewards[start : start + size] for start in range(0, len(rewards), size)]
+        scored = [[r for r in g if not math.isnan(r)] for g in groups]
+        scored = [g for g in scored if g]
+        solved = sum(all(r >= 1.0 for r in g) for g in scored) / len(scored)
+        unsolved = sum(all(r < 1.0 for r in g) for g in scored) / len(scored)
+        assert entry["advbudget/solved_group_fraction"] == pytest.approx(solved)
+        assert entry["advbudget/unsolved_group_fraction"] == pytest.approx(unsolved)
+    assert any(entry["advbudget/solved_group_fraction"] > 0 for entry in logs)  # "const"
+
+
+def test_solved_split_off_and_bad_values(make_trainer: Any) -> None:
+    """``solved_reward=None``: the two keys are absent; a bad value fails at construction,
+    in one line naming the option."""
+    for bad in (True, float("nan"), "1.0"):
+        with pytest.raises(
+            ValueError, match=r"^solved_reward: expected a finite number or None, got "
+        ):
+            make_trainer(AdvBudgetGRPOTrainer, solved_reward=bad)
+    trainer = make_trainer(AdvBudgetGRPOTrainer, config={"max_steps": 1}, solved_reward=None)
+    trainer.train()
+    logs = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert logs
+    assert "advbudget/skipped_group_fraction" in logs[0]
+    assert not any("solved_group_fraction" in key for entry in logs for key in entry)
 
 
 def test_advantages_match_core(make_trainer: Any) -> None:

@@ -58,6 +58,30 @@ def test_summary_names_the_run(tmp_path: Path) -> None:
     assert "policy_loss=vanilla" in line
 
 
+def test_solved_reward_is_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``+algorithm.advbudget.solved_reward`` from the command line: a number, or null
+    (off); anything else fails the check (before verl's own) in one line naming it."""
+    from advbudget.adapters.verl._metrics import solved_reward
+    from advbudget.adapters.verl.check_config import main
+
+    def read(value: str) -> float | None:
+        config = _config(tmp_path, f"+algorithm.advbudget.solved_reward={value}")
+        return solved_reward(config.algorithm)
+
+    assert read("0.5") == 0.5
+    assert read("-1") == -1.0
+    assert read("null") is None
+    assert read("None") is None  # hydra passes the string
+    assert solved_reward(_config(tmp_path).algorithm) == 1.0
+    base = [f"data.train_files={tmp_path / 'train.parquet'}", "algorithm.adv_estimator=grpo"]
+    assert main([*base, "+algorithm.advbudget.solved_reward=high"]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (
+        "invalid verl config: ValueError: algorithm.advbudget.solved_reward: expected a "
+        "finite number or null (off), got 'high'"
+    )
+
+
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_example_dry_run_warns_on_one_rollout_per_prompt() -> None:
     out = subprocess.run(

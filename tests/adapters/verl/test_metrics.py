@@ -23,6 +23,8 @@ pytestmark = VERL_WARNINGS
 
 DOCUMENTED = {
     "skipped_group_fraction",
+    "unsolved_group_fraction",
+    "solved_group_fraction",
     "advantage_gap_mean",
     "positive_advantage_fraction",
     "valid_fraction",
@@ -60,7 +62,92 @@ def test_budget_metrics_by_hand() -> None:
     assert metrics["advbudget/valid_fraction"] == pytest.approx(6 / 11)
     assert metrics["advbudget/advantage_max"] == pytest.approx(0.75)
     assert metrics["advbudget/advantage_min"] == pytest.approx(-0.5)
+    # b (all 1) and d (its one response is 1) are solved; no group has no 1.
+    assert metrics["advbudget/solved_group_fraction"] == 0.5
+    assert metrics["advbudget/unsolved_group_fraction"] == 0.0
     assert all(isinstance(v, float) for v in metrics.values())
+
+
+def test_solved_split_follows_solved_reward() -> None:
+    """``+algorithm.advbudget.solved_reward``: the bar of the split (sequence rewards, the
+    token rewards' sum), ``null`` (or hydra's string ``None``) leaves the keys out; a bad
+    value is one line naming the option."""
+    data = hand_batch()
+    # DAPO's +-1: scores 0 become -1; the default bar 1.0 gives the same split
+    data.batch["token_level_rewards"][:, -1] = data.batch["token_level_rewards"][:, -1] * 2 - 1
+    metrics = batch_metrics(data, algorithm_config("reward_budget"))
+    assert metrics["advbudget/solved_group_fraction"] == 0.5
+    assert metrics["advbudget/unsolved_group_fraction"] == 0.0
+    # a bar above every reward: every group unsolved; below every reward: every one solved
+    high = batch_metrics(data, algorithm_config("reward_budget", solved_reward=2))
+    assert high["advbudget/unsolved_group_fraction"] == 1.0
+    assert high["advbudget/solved_group_fraction"] == 0.0
+    low = batch_metrics(data, algorithm_config("reward_budget", solved_reward=-1.0))
+    assert low["advbudget/solved_group_fraction"] == 1.0
+    for off in (None, "None", "null"):
+        metrics = batch_metrics(data, algorithm_config("reward_budget", solved_reward=off))
+        assert "advbudget/solved_group_fraction" not in metrics, off
+        assert "advbudget/unsolved_group_fraction" not in metrics, off
+        assert "advbudget/skipped_group_fraction" in metrics
+    for bad in (True, "high", float("nan")):
+        message = (
+            r"^algorithm\.advbudget\.solved_reward: expected a finite number or null \(off\), "
+            f"got {bad!r}"
+        )
+        with pytest.raises(ValueError, match=message):
+            batch_metrics(data, algorithm_config("reward_budget", solved_reward=bad))
+
+
+def test_solved_split_with_graded_rewards_and_nan_omitted() -> None:
+    """Graded token rewards (the sum is the sequence reward) and NaN rewards left out under
+    ``nan_policy: omit``: a NaN response is no response of its group."""
+    uids = np.array(["a"] * 3 + ["b"] * 3 + ["c"] * 3 + ["d"] * 2, dtype=object)
+    # sequence rewards: a = [0.9, 1.0, 0.9] (bar 0.9: solved), b = [0.5, 0.2, nan]
+    # (unsolved), c = [0.9, 0.1, nan] (mixed), d = [nan, nan] (no reward: left out)
+    nan = float("nan")
+    halves = [0.45, 0.5, 0.45, 0.25, 0.1, nan, 0.45, 0.05, nan, nan, nan]
+    rewards = torch.tensor([[h, h] for h in halves], dtype=torch.float64)
+    data = DataProto.from_dict(
+        tensors={"token_level_rewards": rewards, "response_mask": torch.ones(11, 2)},
+        non_tensors={"uid": uids},
+    )
+    config = algorithm_config("reward_budget", nan_policy="omit", solved_reward=0.9)
+    metrics = batch_metrics(data, config)
+    assert metrics["advbudget/solved_group_fraction"] == pytest.approx(1 / 3)
+    assert metrics["advbudget/unsolved_group_fraction"] == pytest.approx(1 / 3)
+    assert metrics["advbudget/nan_reward_fraction"] == pytest.approx(4 / 11)
+
+
+def test_trainer_checks_solved_reward_before_verl_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bad ``+algorithm.advbudget.solved_reward`` fails in our trainer's ``__init__``,
+    before verl's (which loads the models); a good one reaches verl."""
+    pytest.importorskip("transfer_queue")
+    from omegaconf import OmegaConf
+
+    from advbudget.adapters.verl import register_trainers
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        register_trainers()
+        from verl.trainer.ppo.v1 import get_trainer_cls
+        from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    started = []
+    monkeypatch.setattr(PPOTrainer, "__init__", lambda self, config: started.append(1))
+
+    def config(value: Any) -> Any:
+        return OmegaConf.create(
+            {
+                "trainer": {"v1": {"trainer_mode": "advbudget_sync"}},
+                "algorithm": {"advbudget": {"solved_reward": value}},
+            }
+        )
+
+    with pytest.raises(ValueError, match=r"^algorithm\.advbudget\.solved_reward: .* got 'x'$"):
+        get_trainer_cls("advbudget_sync")(config("x"))
+    assert started == []
+    get_trainer_cls("advbudget_sync")(config(0.5))
+    assert started == [1]
 
 
 def test_verl_grpo_is_described_by_advbudget_grpo() -> None:
