@@ -55,6 +55,17 @@ RUN_NAME = "tiny-qwen3_grpo_budget"  # the example's folder name for MODEL=tiny-
 LR = "1e-3"  # 1e-6 (the example's) moves the tiny model less than bf16's resolution: stale
 # rollout weights would not show in rollout_probs_diff_max
 
+# Fixed micro-batches (no dynamic batching): log-prob passes in micro-batches of 8 rows a
+# rank, the κ_eff sub-batch included (verl/workers/engine/utils.py:125 asserts it).
+FIXED_MICRO_BATCHES = (
+    "actor_rollout_ref.actor.use_dynamic_bsz=False",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+    "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=False",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
+    "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=False",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8",
+)
+
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash"),
@@ -152,12 +163,7 @@ def run_a(base: Path) -> Run:
         base,
         "a",
         f"actor_rollout_ref.actor.optim.lr={LR}",
-        "actor_rollout_ref.actor.use_dynamic_bsz=False",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
-        "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=False",
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
-        "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=False",
-        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8",
+        *FIXED_MICRO_BATCHES,
         KAPPA_EVERY="2",
         NGPUS="2",
         TOTAL_STEPS="2",
@@ -200,12 +206,7 @@ def run_d(base: Path) -> Run:
         "d",
         "algorithm.adv_estimator=advbudget_grpo",
         f"actor_rollout_ref.actor.optim.lr={LR}",
-        "actor_rollout_ref.actor.use_dynamic_bsz=False",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
-        "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=False",
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
-        "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=False",
-        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8",
+        *FIXED_MICRO_BATCHES,
         "trainer.save_freq=-1",
         BUDGET="0",
         RUN_NAME="tiny-qwen3_v1_grpo",  # not C's folder: verl would resume from C's checkpoint
