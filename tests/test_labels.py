@@ -119,12 +119,13 @@ def test_factorisation_codes_and_sizes(case, dtype):
 
 def _argsort_path_groups(xp, r, labels):
     """What the label path built before the counting sort: a stable argsort of the codes,
-    and the gather left to ``Permuted``'s own ``xp.argsort``."""
+    and the gather an ``xp.argsort`` of the slots on the backend."""
     codes = reference_codes(labels)
     _, slots = argsort_slots(codes)
     group_size = int(np.bincount(codes)[0])
     device = array_api_compat.device(r)
-    return Permuted(xp, device, len(labels), group_size, xp.asarray(slots, device=device))
+    positions = xp.asarray(slots, device=device)
+    return Permuted(xp, device, len(labels), group_size, positions, gather=xp.argsort(positions))
 
 
 @pytest.mark.parametrize("estimator", ESTIMATORS)

@@ -164,8 +164,8 @@ class Permuted(Contiguous):
     of group ``positions[k] // G``. One gather lays the batch out as the contiguous
     ``[M, G]`` block, so every reduction is ``Contiguous``'s reshape path.
 
-    ``gather`` is the inverse permutation (slot -> rollout) when the caller has it (the
-    label and ``positions=`` paths build both on the host); otherwise an argsort here.
+    ``gather`` is the inverse permutation (slot -> rollout): the label and ``positions=``
+    paths build both directions on the host in O(N) (``_labels``).
     """
 
     def __init__(
@@ -176,12 +176,11 @@ class Permuted(Contiguous):
         group_size: int,
         positions: Array,
         *,
-        gather: Array | None = None,
+        gather: Array,
     ):
         super().__init__(xp, device, num_rollouts, group_size)
         self.positions = positions
-        # slot -> rollout (positions is a permutation)
-        self._gather = xp.argsort(positions) if gather is None else gather
+        self._gather = gather  # slot -> rollout (positions is a permutation)
 
     def _take(self, x: Array, index: Array) -> Array:
         if self._torch:  # compat's take first rewrites negative indices: 3x slower
