@@ -28,7 +28,6 @@ pass after the update (:mod:`._kappa`).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import itertools
 import logging
@@ -37,20 +36,15 @@ from typing import Any
 
 from advbudget.core import KappaPairs as CorePairs
 from advbudget.core import compute_advantages, get_convention, get_spec, kappa_pairs, make_groups
-from advbudget.metrics import (
-    DEFAULT_SOLVED_REWARD,
-    advantage_metrics,
-    check_solved_reward,
-    group_outcomes,
-)
+from advbudget.metrics import DEFAULT_SOLVED_REWARD, advantage_metrics, group_outcomes
 
+from .._options import parse_solved_reward as parse_option
 from ._returns import cumulative_returns
 
 _logger = logging.getLogger("advbudget.adapters.openrlhf")
 OPENRLHF = get_convention("openrlhf")
 METRIC_PREFIX = OPENRLHF.metric_prefix
 SOLVED_REWARD_FLAG = "--advbudget.solved_reward"
-_OFF = ("none", "null", "off")
 
 
 def estimator_names() -> list[str]:
@@ -77,18 +71,7 @@ def parse_solved_reward(value: Any) -> float | None:
         >>> parse_solved_reward("0.5"), parse_solved_reward("none"), parse_solved_reward(2)
         (0.5, None, 2.0)
     """
-    if isinstance(value, str):
-        text = value.strip()
-        if text.lower() in _OFF:
-            return None
-        with contextlib.suppress(ValueError):  # not a number: refused below
-            value = float(text)
-    try:
-        return check_solved_reward(value, SOLVED_REWARD_FLAG)
-    except ValueError:
-        raise ValueError(
-            f"{SOLVED_REWARD_FLAG}: expected a finite number or none (off), got {value!r}"
-        ) from None
+    return parse_option(value, SOLVED_REWARD_FLAG, off="none")
 
 
 def solved_reward(args: Any) -> float | None:

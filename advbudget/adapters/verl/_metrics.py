@@ -5,13 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from advbudget.core import get_spec, kappa_eff_of_pairs, kappa_pairs, sequence_logprobs
-from advbudget.metrics import (
-    DEFAULT_SOLVED_REWARD,
-    advantage_metric_dict,
-    check_solved_reward,
-    kappa_metric_dict,
-)
+from advbudget.metrics import DEFAULT_SOLVED_REWARD, advantage_metric_dict, kappa_metric_dict
 
+from .._options import parse_solved_reward
 from ._estimators import VERL, compute_result, option
 
 METRIC_PREFIX = VERL.metric_prefix
@@ -21,7 +17,7 @@ SOLVED_REWARD_OPTION = "algorithm.advbudget.solved_reward"
 def solved_reward(config: Any) -> float | None:
     """``+algorithm.advbudget.solved_reward``: the reward at which a response counts as
     solved in ``advbudget/{unsolved,solved}_group_fraction`` (default 1.0; ``null``, or
-    ``None`` as hydra passes it, a string, turns the split off).
+    ``None`` or ``off``, the strings hydra passes, turn the split off).
 
     Raises a one-line ValueError naming the option for anything else than a finite number.
 
@@ -42,14 +38,7 @@ def solved_reward(config: Any) -> float | None:
         value = node.solved_reward
     else:
         return DEFAULT_SOLVED_REWARD
-    if isinstance(value, str) and value.strip().lower() in ("none", "null"):
-        return None
-    try:
-        return check_solved_reward(value, SOLVED_REWARD_OPTION)
-    except ValueError:
-        raise ValueError(
-            f"{SOLVED_REWARD_OPTION}: expected a finite number or null (off), got {value!r}"
-        ) from None
+    return parse_solved_reward(value, SOLVED_REWARD_OPTION, off="null")
 
 
 def metrics_estimator(config: Any) -> str | None:
