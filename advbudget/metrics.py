@@ -14,6 +14,7 @@ import math
 import numbers
 from typing import Any, NamedTuple
 
+from ._ledger import LEDGER_KEYS, PromptLedger, prompt_key
 from .core import AdvantageResult, Groups
 from .core._arrays import Array, as_array, check_same_device
 from .core._kappa import (
@@ -26,9 +27,11 @@ from .core._kappa import (
 
 __all__ = [
     "DEFAULT_SOLVED_REWARD",
+    "LEDGER_KEYS",
     "SUMMARY_KEYS",
     "GroupOutcomes",
     "KappaPairs",
+    "PromptLedger",
     "advantage_metric_dict",
     "advantage_metrics",
     "check_solved_reward",
@@ -39,6 +42,7 @@ __all__ = [
     "kappa_metric_dict",
     "kappa_pairs",
     "oscillation",
+    "prompt_key",
     "sequence_advantages",
     "sequence_logprobs",
     "summarize",

@@ -36,3 +36,52 @@ def parse_solved_reward(value: Any, name: str, off: str) -> float | None:
         raise ValueError(
             f"{name}: expected a finite number or {off} (off), got {value!r}"
         ) from None
+
+
+#: What an adapter does with the rollouts that take no part in the update (a skipped
+#: group's, or a NaN reward's under ``nan_policy="omit"``): ``keep`` them with advantage 0
+#: (the framework's own behaviour), ``drop`` them from the loss and its normaliser, or
+#: ``resample``: generate again until the step holds enough kept groups (DAPO's dynamic
+#: sampling).
+SKIPPED_GROUPS = ("keep", "drop", "resample")
+
+
+def parse_skipped_groups(value: Any, name: str, *, resample_refused: str | None = None) -> str:
+    """A ``skipped_groups`` option: one of :data:`SKIPPED_GROUPS`, case and spaces aside.
+    ``resample_refused`` is the reason a framework cannot resample (then ``resample`` is
+    refused with it). Errors are one line naming the option ``name``.
+
+    Examples:
+        >>> parse_skipped_groups(" Drop", "--advbudget.skipped_groups")
+        'drop'
+        >>> parse_skipped_groups("skip", "skipped_groups")
+        Traceback (most recent call last):
+        ...
+        ValueError: skipped_groups: expected one of keep, drop, resample, got 'skip'
+    """
+    text = value.strip().lower() if isinstance(value, str) else None
+    if text not in SKIPPED_GROUPS:
+        raise ValueError(f"{name}: expected one of {', '.join(SKIPPED_GROUPS)}, got {value!r}")
+    if text == "resample" and resample_refused is not None:
+        raise ValueError(f"{name}: 'resample' is not available here: {resample_refused}")
+    return text
+
+
+def parse_max_generation_batches(value: Any, name: str) -> int:
+    """How many generation rounds ``resample`` may take per step: an int >= 1 (a command
+    line's or hydra's numeric string too).
+
+    Examples:
+        >>> parse_max_generation_batches("4", "--advbudget.max_generation_batches")
+        4
+        >>> parse_max_generation_batches(0, "max_generation_batches")
+        Traceback (most recent call last):
+        ...
+        ValueError: max_generation_batches: expected an int >= 1, got 0
+    """
+    number = value
+    if isinstance(value, str) and value.strip().lstrip("+").isdigit():
+        number = int(value.strip())
+    if isinstance(number, bool) or not isinstance(number, int) or number < 1:
+        raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
+    return number
