@@ -23,10 +23,11 @@ about a minute, no network)::
 
 Baselines (``--baseline``): ``grpo`` (per-sequence mean, KL 1e-3, clip 0.2), ``dr_grpo``
 (constant normaliser, no KL), ``gspo`` (sequence-level ratio, clip 3e-4/4e-4, no KL),
-``dapo`` (token mean, clip 0.2/0.28, no KL, overlong penalty; TRL has no dynamic sampling:
-tied groups are left out of the loss instead). DAPO + ClipCov and DAPO + KLCov are verl
-policy losses that TRL does not have: use examples/verl_qwen3.sh. ``--estimator budget``
-(default) is reward budgeting; ``--estimator baseline`` the baseline's own advantages.
+``dapo`` (token mean, clip 0.2/0.28, no KL, overlong penalty, dynamic sampling:
+``skipped_groups="resample"``, which TRL itself does not have). DAPO + ClipCov and
+DAPO + KLCov are verl policy losses that TRL does not have: use examples/verl_qwen3.sh.
+``--estimator budget`` (default) is reward budgeting; ``--estimator baseline`` the
+baseline's own advantages.
 Budget advantages are smaller than GRPO's: the KL term weighs relatively more at the same
 coefficient.
 """
@@ -228,9 +229,9 @@ def trainer_options(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "advantage_estimator": args.estimator,
         "advantage_options": {"budget": args.budget} if args.estimator == "budget" else None,
-        # DAPO's dynamic sampling drops tied groups; TRL cannot resample, so they are left
-        # out of the loss (their tokens leave the normaliser too).
-        "skip_empty_groups": args.baseline == "dapo",
+        # DAPO's dynamic sampling: generate again until every group of the step has a
+        # reward gap (TRL has none; the adapter does it).
+        "skipped_groups": "resample" if args.baseline == "dapo" else "keep",
         "kappa_every": args.kappa_every,
     }
 

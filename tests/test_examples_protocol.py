@@ -268,7 +268,7 @@ def test_dapo_extras_everywhere() -> None:
     assert orl["--reward.overlong_buffer_len"] == ["4096"]
     _, args = trl_settings("dapo")
     assert args.overlong_buffer == 4096
-    assert TRL.trainer_options(args)["skip_empty_groups"]  # TRL's stated difference
+    assert TRL.trainer_options(args)["skipped_groups"] == "resample"  # the adapter's
 
 
 def test_the_held_out_split_is_the_same_in_every_format(tmp_path: Path) -> None:

@@ -238,8 +238,8 @@ def summary_table(record: dict[str, Any]) -> Table:
             _cell(arm["hard/pass"]),
             _cell(arm["final_entropy"], 1.0, 3),
             _cell(arm["final_kl_to_warm_start"], 1.0, 3),
-            _cell(arm["kappa_eff_mean"], 1.0, 3),
-            _cell(arm["skipped_group_fraction_mean"], 1.0, 2),
+            _cell(arm.get("kappa_eff_mean"), 1.0, 3),
+            _cell(arm.get("skipped_group_fraction_mean"), 1.0, 2),
         )
     return table
 

@@ -21,6 +21,8 @@ TRL_KEYS = {
     "skipped_group_fraction": "advbudget/skipped_group_fraction",
     "unsolved_group_fraction": "advbudget/unsolved_group_fraction",
     "solved_group_fraction": "advbudget/solved_group_fraction",
+    "never_solved_prompt_fraction": "advbudget/never_solved_prompt_fraction",
+    "always_solved_prompt_fraction": "advbudget/always_solved_prompt_fraction",
     "kappa_eff": "advbudget/kappa_eff/mean",
     "frac_reward_zero_std": "frac_reward_zero_std",
     "completion_length": "completions/mean_length",

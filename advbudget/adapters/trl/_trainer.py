@@ -33,11 +33,15 @@ from advbudget.core import (
 )
 from advbudget.metrics import (
     DEFAULT_SOLVED_REWARD,
+    PromptLedger,
     advantage_metric_dict,
     check_solved_reward,
+    group_outcomes,
     kappa_metric_dict,
+    prompt_key,
 )
 
+from .._options import parse_max_generation_batches, parse_skipped_groups
 from ._version import check_trl_version
 
 check_trl_version()
@@ -45,6 +49,7 @@ check_trl_version()
 from transformers import TrainerCallback  # noqa: E402
 from trl.trainer.grpo_trainer import (  # type: ignore[import-not-found, unused-ignore]  # noqa: E402
     GRPOTrainer,
+    RepeatSampler,
 )
 
 TRL = get_convention("trl")
@@ -96,12 +101,29 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
         tie_rtol, tie_atol: reward spreads at most this are ties (group skipped); see
             :func:`advbudget.compute_advantages`. Default: exact ties for the estimators
             TRL has (its numbers), 1e-6 for the others (budget, plugins).
-        skip_empty_groups: when True, rollouts that take no part in the update (their
-            group was skipped, or their reward is NaN) get their ``completion_mask`` rows
-            zeroed, so they also leave the loss normaliser of the token-sum loss types
-            (dapo, bnpo, cispo: ``num_items_in_batch`` is recomputed). The per-sequence
-            ``grpo`` loss still divides by the number of sequences. Default False: TRL's
-            behaviour (advantage 0, tokens still counted).
+        skipped_groups: what happens to the rollouts that take no part in the update
+            (their group was skipped, or their reward is NaN under ``nan_policy="omit"``):
+            ``"keep"`` (default, TRL's behaviour): advantage 0, still counted by the loss
+            normaliser. ``"drop"``: out of the loss and its normaliser for every
+            ``loss_type``, as if the batch held only the kept groups (their
+            ``completion_mask`` rows are zeroed, so the KL and entropy terms leave them
+            too; the per-sequence normalisers of grpo, sapo, luspo and dr_grpo count kept
+            sequences only, dr_grpo's constant ``max_completion_length`` per sequence
+            stays; bnpo's is per micro-batch, dapo's, cispo's and vespo's the generation
+            batch's kept tokens). ``"resample"``: DAPO's dynamic sampling: generate for
+            new prompts until every process holds its share of kept groups, at most
+            ``max_generation_batches`` rounds a step, then drop what is still skipped
+            (with a warning naming the counts); needs each process's generation batch
+            (``per_device_train_batch_size * steps_per_generation``) to hold whole groups.
+        max_generation_batches: the most generation rounds one step may take with
+            ``skipped_groups="resample"`` (default 10, as verl's DAPO recipe).
+        skip_empty_groups: deprecated alias: True is ``skipped_groups="drop"``.
+        prompt_ledger: keep the per-prompt ledger (default True): every step logs
+            ``advbudget/never_solved_prompt_fraction``,
+            ``advbudget/always_solved_prompt_fraction`` and ``advbudget/recurring_prompts``
+            over the prompts seen at least twice (identity: a hash of the prompt text or
+            messages), saved in each checkpoint and restored on resume. Needs
+            ``solved_reward``.
         solved_reward: the reward (TRL's weighted sum) at which a completion counts as
             solved, for ``advbudget/unsolved_group_fraction`` (no completion of the group
             reached it) and ``advbudget/solved_group_fraction`` (every one did); default
@@ -118,8 +140,10 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
     ``advbudget/solved_group_fraction``, ``advbudget/advantage_gap_mean``,
     ``advbudget/positive_advantage_fraction``, ``advbudget/valid_fraction``,
     ``advbudget/advantage_mean``, ``advbudget/advantage_std`` and
-    ``advbudget/nan_reward_fraction`` (rollouts every reward function scored None), and
-    with ``kappa_every`` ``advbudget/kappa_eff/{mean,median,std}``. A metric a step has no
+    ``advbudget/nan_reward_fraction`` (rollouts every reward function scored None), the
+    ledger's three keys, with ``skipped_groups="resample"`` ``advbudget/generation_rounds``
+    (the group fractions are then over every generated group), and with ``kappa_every``
+    ``advbudget/kappa_eff/{mean,median,std}``. A metric a step has no
     value for (the advantage gap when every group is skipped, κ_eff without pairs) is left
     out of that step rather than logged as NaN/None.
 
@@ -147,9 +171,12 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
         nan_policy: str = "omit",
         tie_rtol: float | None = None,
         tie_atol: float | None = None,
-        skip_empty_groups: bool = False,
+        skipped_groups: str = "keep",
+        max_generation_batches: int = 10,
+        skip_empty_groups: bool | None = None,
         kappa_every: int = 0,
         solved_reward: float | None = DEFAULT_SOLVED_REWARD,
+        prompt_ledger: bool = True,
         **kwargs: Any,
     ) -> None:
         if isinstance(advantage_estimator, str):
@@ -165,8 +192,23 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
             )
         if nan_policy not in _NAN_POLICIES:
             raise ValueError(f"nan_policy: expected one of {_NAN_POLICIES}, got {nan_policy!r}")
-        if not isinstance(skip_empty_groups, bool):
-            raise TypeError(f"skip_empty_groups: expected a bool, got {skip_empty_groups!r}")
+        skipped_groups = parse_skipped_groups(skipped_groups, "skipped_groups")
+        if skip_empty_groups is not None:
+            if not isinstance(skip_empty_groups, bool):
+                raise TypeError(f"skip_empty_groups: expected a bool, got {skip_empty_groups!r}")
+            warnings.warn(
+                "AdvBudgetGRPOTrainer: skip_empty_groups is deprecated; use "
+                "skipped_groups='drop' (True) or 'keep' (False)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            if skip_empty_groups:
+                skipped_groups = "drop"
+        max_generation_batches = parse_max_generation_batches(
+            max_generation_batches, "max_generation_batches"
+        )
+        if not isinstance(prompt_ledger, bool):
+            raise TypeError(f"prompt_ledger: expected a bool, got {prompt_ledger!r}")
         if isinstance(kappa_every, bool) or not isinstance(kappa_every, int) or kappa_every < 0:
             raise ValueError(f"kappa_every: expected an int >= 0, got {kappa_every!r}")
         solved_reward = check_solved_reward(solved_reward)  # one line naming the option
@@ -187,10 +229,14 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
         self.advantage_estimator = advantage_estimator
         self.advantage_settings = settings
         self.nan_policy = nan_policy
-        self.skip_empty_groups = skip_empty_groups
+        self.skipped_groups = skipped_groups
+        self.max_generation_batches = max_generation_batches
         self.kappa_every = kappa_every
         self.solved_reward = solved_reward
+        self.prompt_ledger = PromptLedger() if prompt_ledger and solved_reward is not None else None
         super().__init__(*args, **kwargs)
+        if skipped_groups == "resample":
+            self._check_resample()
         if self.multi_objective_aggregation != "sum_then_normalize":
             raise ValueError(
                 "multi_objective_aggregation: AdvBudgetGRPOTrainer computes advantages from "
@@ -200,6 +246,11 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
         self._advbudget_rewards_per_func: torch.Tensor | None = None
         self._advbudget_generations = 0
         self._advbudget_kappa: _KappaBatch | None = None
+        # Per mode, the factor that turns a per-sequence loss's normaliser (all rows) into
+        # the kept rows' under skipped_groups="drop" (see _compute_loss).
+        self._advbudget_row_scale = {"train": 1.0, "eval": 1.0}
+        self._advbudget_refill: Any = None  # resample's prompt stream, made on first use
+        self._advbudget_refill_epoch = 0
         self.last_advantage_result: AdvantageResult | None = None
         self.add_callback(_StateCallback(self))
         if kappa_every:
@@ -215,31 +266,38 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
 
     def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
         mode = "train" if self.model.training else "eval"
-        output: dict[str, Any] = super()._generate_and_score_completions(inputs)
-        rewards_per_func = self._advbudget_rewards_per_func
-        self._advbudget_rewards_per_func = None
-        if rewards_per_func is None:
-            raise RuntimeError(
-                "AdvBudgetGRPOTrainer: TRL did not call _calculate_rewards; this TRL version "
-                "is not supported by the adapter"
-            )
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
         if not isinstance(group_size, int):
             raise RuntimeError(f"num_generations: expected an int for {mode}, got {group_size!r}")
-        result = self.compute_group_advantages(rewards_per_func, group_size)
-        self.last_advantage_result = result
-
+        output, rewards = self._generate_round(inputs)
         local_size = int(output["advantages"].shape[0])
         start = self.accelerator.process_index * local_size
         local = slice(start, start + local_size)
+        result = self._advantages(rewards, group_size)
+        self._replace_logged_advantages(result.advantages)
+        seen = [(result, self._group_prompts(inputs, group_size))]
+        if mode == "train" and self.skipped_groups == "resample":
+            output, rewards, seen = self._resample(output, rewards, seen, group_size, local)
+            result = self._advantages(rewards, group_size)
+        self.last_advantage_result = result
+
         advantages = result.advantages.to(output["advantages"].dtype)
         output["advantages"] = advantages[local]
-        if self.skip_empty_groups:
-            self._drop_invalid_rows(output, result.valid[local])
+        self._advbudget_row_scale[mode] = 1.0
+        if self.skipped_groups != "keep":
+            self._drop_invalid_rows(output, result.valid, local, mode)
 
-        self._replace_logged_advantages(advantages)
         metrics = advantage_metric_dict(result, METRIC_PREFIX, solved_reward=self.solved_reward)
         metrics = {k: v for k, v in metrics.items() if not k.endswith(("_min", "_max"))}
+        if self.skipped_groups == "resample" and mode == "train":
+            metrics.update(self._sampled_group_metrics(seen))
+        if self.prompt_ledger is not None and mode == "train" and self.solved_reward is not None:
+            for round_result, round_prompts in seen:
+                self.prompt_ledger.update(
+                    round_prompts, group_outcomes(round_result, self.solved_reward)
+                )
+            ledger = self.prompt_ledger.metrics()
+            metrics.update({METRIC_PREFIX + key: value for key, value in ledger.items()})
         self._log_metrics(mode, metrics)
         if mode == "train" and self.kappa_every:
             if self._advbudget_generations % self.kappa_every == 0:
@@ -252,6 +310,38 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
             self._advbudget_generations += 1
         return output
 
+    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Any:
+        mode = "train" if self.model.training else "eval"
+        scale = self._advbudget_row_scale[mode]
+        if scale == 1.0 or self.loss_type not in _PER_SEQUENCE_LOSSES:
+            return super()._compute_loss(model, inputs)
+        # These losses divide by the micro-batch's number of sequences, which still counts
+        # the dropped rows. Every TRL 1.16 loss is positively homogeneous in the advantages
+        # and linear in beta, so scaling both by (rows / kept rows) of the generation batch
+        # is dividing by the kept rows instead; the entropy bonus (a token mean) is left as
+        # it is. Over the accumulation window and the processes this is the kept rows'
+        # mean, as the dapo loss's num_items_in_batch is the kept tokens' total.
+        beta: float = self.beta  # type: ignore[has-type, unused-ignore]
+        self.beta = beta * scale
+        try:
+            scaled = {**inputs, "advantages": inputs["advantages"] * scale}
+            return super()._compute_loss(model, scaled)
+        finally:
+            self.beta = beta
+
+    def _generate_round(self, inputs: Any) -> tuple[dict[str, Any], torch.Tensor]:
+        """TRL's generation and scoring of ``inputs`` (this process's prompts), and the
+        rewards of the global batch (TRL's weighted sum; NaN where no function scored)."""
+        output: dict[str, Any] = super()._generate_and_score_completions(inputs)
+        rewards_per_func = self._advbudget_rewards_per_func
+        self._advbudget_rewards_per_func = None
+        if rewards_per_func is None:
+            raise RuntimeError(
+                "AdvBudgetGRPOTrainer: TRL did not call _calculate_rewards; this TRL version "
+                "is not supported by the adapter"
+            )
+        return output, self._weighted_rewards(rewards_per_func)
+
     # -- pieces ----------------------------------------------------------------------
 
     def compute_group_advantages(
@@ -262,10 +352,15 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
         The reward of a completion is TRL's weighted ``nansum`` over the reward functions;
         it is NaN when every function returned None (then ``nan_policy`` applies).
         """
+        return self._advantages(self._weighted_rewards(rewards_per_func), group_size)
+
+    def _weighted_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
         weights = self.reward_weights.to(rewards_per_func.device)
         rewards = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
         unscorable = torch.isnan(rewards_per_func).all(dim=1)
-        rewards = torch.where(unscorable, torch.full_like(rewards, math.nan), rewards)
+        return torch.where(unscorable, torch.full_like(rewards, math.nan), rewards)
+
+    def _advantages(self, rewards: torch.Tensor, group_size: int) -> AdvantageResult:
         return compute_advantages(
             rewards,
             self.advantage_estimator,
@@ -273,6 +368,141 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
             nan_policy=self.nan_policy,  # type: ignore[arg-type]
             **self.advantage_settings,
         )
+
+    def _group_prompts(self, inputs: list[Any], group_size: int) -> list[int]:
+        """The prompt identity of each group of the global batch (a group may start on
+        another process): :func:`~advbudget.metrics.prompt_key` of each row's prompt,
+        gathered. Empty when the ledger is off."""
+        if self.prompt_ledger is None:
+            return []
+        keys = [prompt_key(example.get("prompt")) for example in inputs]
+        if self.accelerator.num_processes > 1:
+            from accelerate.utils import (  # type: ignore[import-untyped, unused-ignore]
+                gather_object,
+            )
+
+            keys = list(gather_object(keys))
+        return keys[::group_size]
+
+    # -- skipped_groups="resample" -----------------------------------------------------
+
+    def _check_resample(self) -> None:
+        """Refuse, before training, what resampling cannot do (one line each)."""
+        local_rows = self.args.per_device_train_batch_size * self.args.steps_per_generation
+        if local_rows % self.num_generations:
+            raise ValueError(
+                "skipped_groups: 'resample' needs each process's generation batch "
+                "(per_device_train_batch_size * steps_per_generation) to hold whole groups "
+                f"of num_generations={self.num_generations}, got {local_rows} rows"
+            )
+        if isinstance(self.train_dataset, torch.utils.data.IterableDataset):
+            raise ValueError(
+                "skipped_groups: 'resample' draws extra prompts by index and needs a "
+                "map-style train_dataset, got an IterableDataset"
+            )
+
+    def _refill_inputs(self) -> list[Any]:
+        """The next local generation batch of resample's own prompt stream: TRL's sampler
+        with one repeat per batch and another seed than the training stream's, so extra
+        prompts are fresh draws, the same on every process."""
+        while True:
+            if self._advbudget_refill is None:
+                seed = self.args.seed + 1 + self._advbudget_refill_epoch
+                sampler = RepeatSampler(
+                    data_source=self.train_dataset,
+                    mini_repeat_count=self.num_generations,
+                    batch_size=self.args.generation_batch_size // self.num_generations,
+                    shuffle=self.shuffle_dataset,
+                    seed=seed,
+                )
+                loader = torch.utils.data.DataLoader(
+                    self.train_dataset,
+                    batch_size=self._train_batch_size * self.args.steps_per_generation,
+                    sampler=sampler,
+                    collate_fn=self.data_collator,
+                )
+                self._advbudget_refill = iter(self.accelerator.prepare(loader))
+            try:
+                return list(next(self._advbudget_refill))
+            except StopIteration:  # a new epoch of the stream, shuffled anew
+                self._advbudget_refill = None
+                self._advbudget_refill_epoch += 1
+
+    def _resample(
+        self,
+        output: dict[str, Any],
+        rewards: torch.Tensor,
+        seen: list[tuple[AdvantageResult, list[int]]],
+        group_size: int,
+        local: slice,
+    ) -> tuple[dict[str, Any], torch.Tensor, list[tuple[AdvantageResult, list[int]]]]:
+        """DAPO's dynamic sampling: generate for new prompts until every process holds as
+        many kept groups as its generation batch has groups (or the rounds run out), then
+        train on the first ones of each process in round order, filled up with skipped
+        groups (dropped) when short. Every process decides from the same gathered counts,
+        so all take the same number of rounds; the advantages are then computed again on
+        the assembled global batch (estimators with batch statistics see that batch)."""
+        local_groups = (local.stop - local.start) // group_size
+        first_group = local.start // group_size
+        outputs, local_rewards = [output], [rewards[local]]
+        kept = [_kept_groups(seen[0][0], first_group, local_groups)]
+        while True:
+            have = torch.tensor([sum(map(len, kept))], device=rewards.device)
+            short = int((local_groups - self.accelerator.gather(have)).clamp(min=0).sum())
+            if short == 0 or len(outputs) == self.max_generation_batches:
+                break
+            inputs = self._refill_inputs()
+            round_output, round_rewards = self._generate_round(inputs)
+            result = self._advantages(round_rewards, group_size)
+            self._replace_logged_advantages(result.advantages)
+            seen.append((result, self._group_prompts(inputs, group_size)))
+            outputs.append(round_output)
+            local_rewards.append(round_rewards[local])
+            kept.append(_kept_groups(result, first_group, local_groups))
+        if short:
+            total = local_groups * self.accelerator.num_processes
+            warnings.warn(
+                f"AdvBudgetGRPOTrainer: skipped_groups='resample' found {total - short} of "
+                f"{total} kept groups in {len(outputs)} generation rounds "
+                f"(max_generation_batches={self.max_generation_batches}); the step trains "
+                f"on them and drops the {short} skipped groups that fill the batch",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        picks = [(r, g) for r, groups in enumerate(kept) for g in groups][:local_groups]
+        if len(picks) < local_groups:  # fill up with skipped groups: dropped below
+            chosen = set(picks)
+            fillers = [
+                (r, g)
+                for r in range(len(outputs))
+                for g in range(local_groups)
+                if (r, g) not in chosen
+            ]
+            picks += fillers[: local_groups - len(picks)]
+        rows = [(r, g * group_size + i) for r, g in picks for i in range(group_size)]
+        assembled = _take_rows(outputs, rows, self._tokenizer.pad_token_id)
+        mine = torch.stack([local_rewards[r][i] for r, i in rows])
+        self._log_metrics("train", {METRIC_PREFIX + "generation_rounds": float(len(outputs))})
+        return assembled, self.accelerator.gather(mine), seen
+
+    def _sampled_group_metrics(
+        self, seen: list[tuple[AdvantageResult, list[int]]]
+    ) -> dict[str, float]:
+        """The group fractions over every group resampling generated (the batch trained
+        on holds kept groups only, so its own fractions say nothing of the prompts)."""
+        groups = sum(result.num_groups for result, _ in seen)
+        skipped = sum(int(result.group_skipped.sum()) for result, _ in seen)
+        metrics = {METRIC_PREFIX + "skipped_group_fraction": skipped / groups}
+        if self.solved_reward is not None:
+            counts = {"scored": 0, "unsolved": 0, "solved": 0}
+            for result, _ in seen:
+                outcomes = group_outcomes(result, self.solved_reward)
+                for key in counts:
+                    counts[key] += int(getattr(outcomes, key).sum())
+            for key in ("unsolved", "solved"):
+                value = counts[key] / counts["scored"] if counts["scored"] else math.nan
+                metrics[f"{METRIC_PREFIX}{key}_group_fraction"] = value
+        return metrics
 
     def _log_metrics(self, mode: str, metrics: Mapping[str, float]) -> None:
         """Append to TRL's metrics, leaving out values a step does not have (NaN, e.g. the
@@ -294,11 +524,17 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
     # -- checkpoint state --------------------------------------------------------------
 
     def advbudget_state(self) -> dict[str, Any]:
-        """The adapter's counters that a resumed run must continue from."""
-        return {"generations": self._advbudget_generations}
+        """The adapter's state that a resumed run must continue from: the κ_eff
+        schedule's counter and the prompt ledger."""
+        state: dict[str, Any] = {"generations": self._advbudget_generations}
+        if self.prompt_ledger is not None:
+            state["prompt_ledger"] = self.prompt_ledger.state_dict()
+        return state
 
     def load_advbudget_state(self, state: Mapping[str, Any]) -> None:
         self._advbudget_generations = int(state.get("generations", 0))
+        if self.prompt_ledger is not None and "prompt_ledger" in state:
+            self.prompt_ledger.load_state_dict(state["prompt_ledger"])
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
         super()._load_from_checkpoint(resume_from_checkpoint, model)
@@ -309,19 +545,27 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
         else:
             warnings.warn(
                 f"AdvBudgetGRPOTrainer: {path} not found (a checkpoint of another trainer?): "
-                "the κ_eff schedule restarts at this step",
+                "the κ_eff schedule and the prompt ledger restart at this step",
                 RuntimeWarning,
                 stacklevel=2,
             )
 
-    def _drop_invalid_rows(self, output: dict[str, Any], keep: torch.Tensor) -> None:
+    def _drop_invalid_rows(
+        self, output: dict[str, Any], valid: torch.Tensor, local: slice, mode: str
+    ) -> None:
+        """Take the rows that are not ``valid`` (global) out of the loss: zero their
+        ``completion_mask`` (token sums, token means, KL, entropy), recount the token
+        normaliser of dapo/cispo/vespo and set the per-sequence losses' row factor."""
         mask = output["completion_mask"]
-        output["completion_mask"] = mask * keep.unsqueeze(1).to(mask.dtype)
+        output["completion_mask"] = mask * valid[local].unsqueeze(1).to(mask.dtype)
         loss_mask = output["completion_mask"]
         if output.get("tool_mask") is not None:
             loss_mask = loss_mask * output["tool_mask"]
         # The dapo/cispo normaliser: tokens of the whole generation batch, all processes.
         output["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
+        kept = int(valid.sum())  # valid is the global batch's: the same on every process
+        if kept:
+            self._advbudget_row_scale[mode] = int(valid.shape[0]) / kept
 
     def _replace_logged_advantages(self, advantages: torch.Tensor) -> None:
         # TRL appended its own advantages of all processes to the completions log just now.
@@ -437,3 +681,61 @@ class _KappaCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]
     def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.trainer._advbudget_kappa is not None and self.trainer._generation_batch_done():
             self.trainer._kappa_after()
+
+
+# What TRL's loss divides by a number of sequences (see AdvBudgetGRPOTrainer._compute_loss).
+_PER_SEQUENCE_LOSSES = ("grpo", "sapo", "luspo", "dr_grpo")
+# Keys of TRL's generation output resample knows how to assemble: [B, T] completion-aligned
+# tensors pad on the right, prompts on the left; other keys are refused.
+_COMPLETION_KEYS = (
+    "completion_ids",
+    "completion_mask",
+    "old_per_token_logps",
+    "ref_per_token_logps",
+    "sampling_per_token_logps",
+    "importance_sampling_ratio",
+    "tool_mask",
+)
+_PROMPT_KEYS = ("prompt_ids", "prompt_mask")
+
+
+def _kept_groups(result: AdvantageResult, first: int, count: int) -> list[int]:
+    """Local indices of this process's groups (``first`` .. ``first + count`` of the
+    global batch) that were not skipped."""
+    skipped = result.group_skipped[first : first + count].tolist()
+    return [g for g, is_skipped in enumerate(skipped) if not is_skipped]
+
+
+def _take_rows(
+    outputs: list[dict[str, Any]], rows: list[tuple[int, int]], pad_token_id: int
+) -> dict[str, Any]:
+    """One generation output made of ``rows`` ((round, local row) pairs) of several,
+    padded to the widest round: prompts on the left, completions on the right (pad
+    token for ids, 0 for masks and per-token values)."""
+    known = {*_COMPLETION_KEYS, *_PROMPT_KEYS, "advantages", "num_items_in_batch"}
+    unknown = set(outputs[0]) - known
+    if unknown:
+        raise ValueError(
+            "skipped_groups: 'resample' cannot assemble TRL's generation output keys "
+            f"{sorted(unknown)} (multimodal inputs); use 'drop'"
+        )
+    assembled: dict[str, Any] = {}
+    for key in outputs[0]:  # TRL's order: its shuffle reads the batch size off the first
+        if key == "num_items_in_batch":  # recounted by the caller
+            assembled[key] = outputs[0][key]
+            continue
+        parts = [output[key] for output in outputs]
+        if parts[0].dim() == 2 and key in (*_COMPLETION_KEYS, *_PROMPT_KEYS):
+            width = max(int(part.shape[1]) for part in parts)
+            fill = pad_token_id if key.endswith("_ids") else 0
+            left = key in _PROMPT_KEYS
+            parts = [
+                torch.nn.functional.pad(
+                    part,
+                    (width - part.shape[1], 0) if left else (0, width - part.shape[1]),
+                    value=fill,
+                )
+                for part in parts
+            ]
+        assembled[key] = torch.stack([parts[r][i] for r, i in rows])
+    return assembled

@@ -84,12 +84,12 @@ def make_trainer(tiny_model: Path, train_dataset: Any, tmp_path: Path) -> Callab
         }
         settings.update(config or {})
         trainer_cls = cls or GRPOTrainer
+        kwargs.setdefault("train_dataset", train_dataset)
         return trainer_cls(
             model=AutoModelForCausalLM.from_pretrained(tiny_model),
             processing_class=AutoTokenizer.from_pretrained(tiny_model),
             reward_funcs=reward_funcs,
             args=GRPOConfig(**settings),
-            train_dataset=train_dataset,
             **kwargs,
         )
 

@@ -98,7 +98,7 @@ def test_every_baseline_estimator_and_model_builds_a_grpo_config() -> None:
         assert options["advantage_estimator"] == (
             "budget" if estimator == "budget" else example.OWN_ESTIMATOR[baseline]
         )
-        assert options["skip_empty_groups"] == (baseline == "dapo")
+        assert options["skipped_groups"] == ("resample" if baseline == "dapo" else "keep")
         assert (args.overlong_buffer == 4096) == (baseline == "dapo")
         folders.add(config.output_dir)
     assert len(folders) == len(example.BASELINES) * 2 * len(MODELS)  # no shared folders

@@ -56,13 +56,13 @@ def test_budget_trains_and_logs(make_trainer: Any) -> None:
     assert logged == pytest.approx(result.advantages.tolist())
 
 
-@pytest.mark.parametrize("skip_empty_groups", [False, True])
-def test_skipped_and_unscorable_rollouts(make_trainer: Any, skip_empty_groups: bool) -> None:
+@pytest.mark.parametrize("skipped_groups", ["keep", "drop"])
+def test_skipped_and_unscorable_rollouts(make_trainer: Any, skipped_groups: str) -> None:
     trainer = make_trainer(
         AdvBudgetGRPOTrainer,
         reward_funcs=mixed_reward,
         config={"max_steps": 2, "per_device_train_batch_size": 16},
-        skip_empty_groups=skip_empty_groups,
+        skipped_groups=skipped_groups,
     )
     seen = _capture(trainer)
     trainer.train()
@@ -84,8 +84,8 @@ def test_skipped_and_unscorable_rollouts(make_trainer: Any, skip_empty_groups: b
             if kind in ("const", "none"):
                 checked += 1
                 assert output["advantages"][i].item() == 0.0
-                # With skip_empty_groups the rollout leaves the loss: no token counts.
-                assert (tokens[i].item() == 0) is skip_empty_groups
+                # Dropped, the rollout leaves the loss: no token counts.
+                assert (tokens[i].item() == 0) is (skipped_groups == "drop")
         assert output["num_items_in_batch"].item() == tokens.sum().item()
     assert checked >= 8
     logs = [entry for entry in trainer.state.log_history if "loss" in entry]
@@ -103,13 +103,14 @@ def test_solved_split_in_trl_logs(make_trainer: Any) -> None:
         config={"max_steps": 2, "per_device_train_batch_size": 16},
     )
     seen: list[tuple[list[float], int]] = []
-    original = trainer.compute_group_advantages
+    original = trainer._calculate_rewards  # TRL's: every process's rewards, [B, funcs]
 
-    def wrapped(rewards_per_func: Any, group_size: int) -> Any:
-        seen.append((rewards_per_func[:, 0].tolist(), group_size))  # one function, weight 1
-        return original(rewards_per_func, group_size)
+    def wrapped(*args: Any) -> Any:
+        rewards_per_func = original(*args)
+        seen.append((rewards_per_func[:, 0].tolist(), trainer.num_generations))  # weight 1
+        return rewards_per_func
 
-    trainer.compute_group_advantages = wrapped
+    trainer._calculate_rewards = wrapped
     trainer.train()
     logs = [entry for entry in trainer.state.log_history if "loss" in entry]
     assert len(logs) == len(seen) == 2
