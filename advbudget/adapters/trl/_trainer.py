@@ -10,6 +10,7 @@ prompt's group can span processes, and each process keeps its own slice.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import warnings
@@ -53,6 +54,7 @@ from trl.trainer.grpo_trainer import (  # type: ignore[import-not-found, unused-
 )
 
 TRL = get_convention("trl")
+LOGGER = logging.getLogger(__name__)
 METRIC_PREFIX = TRL.metric_prefix
 _NAN_POLICIES = ("omit", "raise")
 
@@ -237,6 +239,13 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
         super().__init__(*args, **kwargs)
         if skipped_groups == "resample":
             self._check_resample()
+        if skipped_groups != "keep" and self.loss_type == "dr_grpo":
+            LOGGER.warning(
+                "AdvBudgetGRPOTrainer: loss_type='dr_grpo' divides by a constant by design "
+                "(max_completion_length per sequence); skipped_groups=%r counts the kept "
+                "sequences only",
+                skipped_groups,
+            )
         if self.multi_objective_aggregation != "sum_then_normalize":
             raise ValueError(
                 "multi_objective_aggregation: AdvBudgetGRPOTrainer computes advantages from "

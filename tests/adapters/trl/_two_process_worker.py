@@ -1,9 +1,12 @@
 """Worker of test_trl_distributed.py, run by ``torchrun --nproc_per_node 2`` on CPU.
 
-Usage: ``torchrun ... _two_process_worker.py MODEL_DIR DATA_FILE OUTPUT_DIR``. Each rank
-trains one step with budget advantages, 6 completions per rank in groups of 4 (the
-second group spans both ranks), and writes what its loss received and the global rewards
-to ``OUTPUT_DIR/rank<r>.json``.
+Usage: ``torchrun ... _two_process_worker.py MODEL_DIR DATA_FILE OUTPUT_DIR [resample]``.
+Each rank trains one step with budget advantages, 6 completions per rank in groups of 4
+(the second group spans both ranks), and writes what its loss received and the global
+rewards to ``OUTPUT_DIR/rank<r>.json``. With ``resample``: two steps of
+``skipped_groups="resample"``, 8 completions (2 whole groups) per rank, a reward that
+ties every group of half the prompts; each rank records its rounds and, per group it
+trained on, the advantage spread and the token count.
 """
 
 from __future__ import annotations
@@ -22,7 +25,19 @@ def parity_reward(completion_ids: list[list[int]], **kwargs: Any) -> list[float]
     return [float(sum(ids) % 3) for ids in completion_ids]
 
 
-def main(model_dir: str, data_file: str, output_dir: str) -> None:
+def half_dead_reward(
+    prompts: list[Any], completion_ids: list[list[int]], **kwargs: Any
+) -> list[float]:
+    """1.0 for every completion of a prompt with an even text length (a tied group), else
+    a parity that varies inside groups."""
+    return [
+        1.0 if len(str(prompt)) % 2 == 0 else float(sum(ids) % 2)
+        for prompt, ids in zip(prompts, completion_ids, strict=True)
+    ]
+
+
+def main(model_dir: str, data_file: str, output_dir: str, mode: str = "spanning") -> None:
+    resample = mode == "resample"
     warnings.filterwarnings("ignore", category=FutureWarning)
     import datasets
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -38,10 +53,10 @@ def main(model_dir: str, data_file: str, output_dir: str) -> None:
         report_to="none",
         max_completion_length=16,
         num_generations=4,
-        per_device_train_batch_size=6,
+        per_device_train_batch_size=8 if resample else 6,
         learning_rate=1e-3,
         logging_steps=1,
-        max_steps=1,
+        max_steps=2 if resample else 1,
         save_strategy="no",
         seed=0,
         disable_tqdm=True,
@@ -49,10 +64,11 @@ def main(model_dir: str, data_file: str, output_dir: str) -> None:
     trainer = AdvBudgetGRPOTrainer(
         model=AutoModelForCausalLM.from_pretrained(model_dir),
         processing_class=AutoTokenizer.from_pretrained(model_dir),
-        reward_funcs=parity_reward,
+        reward_funcs=half_dead_reward if resample else parity_reward,
         args=config,
         train_dataset=datasets.Dataset.from_parquet(data_file),
         advantage_estimator="budget",
+        skipped_groups="resample" if resample else "keep",
     )
     record: dict[str, Any] = {}
     calculate, generate = trainer._calculate_rewards, trainer._generate_and_score_completions
@@ -65,6 +81,11 @@ def main(model_dir: str, data_file: str, output_dir: str) -> None:
     def generate_and_score(inputs: Any) -> Any:
         output = generate(inputs)
         record["local_advantages"] = output["advantages"].tolist()
+        groups = record.setdefault("groups", [])
+        for start in range(0, len(output["advantages"]), 4):
+            advantages = output["advantages"][start : start + 4]
+            tokens = int(output["completion_mask"][start : start + 4].sum())
+            groups.append([float(advantages.max() - advantages.min()), tokens])
         return output
 
     trainer._calculate_rewards = calculate_rewards
@@ -72,6 +93,8 @@ def main(model_dir: str, data_file: str, output_dir: str) -> None:
     trainer.train()
     record["rank"] = trainer.accelerator.process_index
     record["world_size"] = trainer.accelerator.num_processes
+    logs = [entry for entry in trainer.state.log_history if "loss" in entry]
+    record["rounds"] = [entry.get("advbudget/generation_rounds") for entry in logs]
     path = Path(output_dir) / f"rank{record['rank']}.json"
     path.write_text(json.dumps(record))
     # Tear gloo down explicitly: left to interpreter exit, its threads can abort a rank
@@ -88,4 +111,4 @@ def main(model_dir: str, data_file: str, output_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:5])

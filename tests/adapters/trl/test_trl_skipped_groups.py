@@ -103,6 +103,19 @@ def test_drop_gradient_equals_the_kept_only_batch(make_trainer: Any, loss_type: 
         assert not torch.allclose(_gradient(trainer, kept), reference)
 
 
+def test_dr_grpo_says_what_drop_does_with_its_constant(make_trainer: Any, caplog: Any) -> None:
+    with caplog.at_level("WARNING", logger="advbudget.adapters.trl._trainer"):
+        make_trainer(AdvBudgetGRPOTrainer, config={"loss_type": "dr_grpo"}, skipped_groups="drop")
+        make_trainer(AdvBudgetGRPOTrainer, config={"loss_type": "dapo"}, skipped_groups="drop")
+        make_trainer(AdvBudgetGRPOTrainer, config={"loss_type": "dr_grpo"})
+    lines = [r.getMessage() for r in caplog.records if "divides by a constant" in r.getMessage()]
+    assert lines == [
+        "AdvBudgetGRPOTrainer: loss_type='dr_grpo' divides by a constant by design "
+        "(max_completion_length per sequence); skipped_groups='drop' counts the kept "
+        "sequences only"
+    ]
+
+
 def test_skip_empty_groups_is_a_deprecated_alias(make_trainer: Any) -> None:
     with pytest.warns(DeprecationWarning, match="skipped_groups='drop'"):
         trainer = make_trainer(AdvBudgetGRPOTrainer, skip_empty_groups=True)
