@@ -14,6 +14,7 @@ from rich.table import Table
 
 from .._cli_errors import CommandError, check_output_dir, cli_errors, missing_dependency
 from ._config import PRESETS, LMConfig, lm_config
+from ._experiment import DEAD_GROUP_KEYS, LEDGER_KEYS
 
 app = typer.Typer(
     help="Experiments on real trainers (the bandit lab is `advbudget simulate`).",
@@ -191,11 +192,15 @@ def _run(
         paths.append(plot_curves(record, plot or output_dir / "lm.png"))
     console.print(summary_table(record))
     console.print(differences_table(record))
+    console.print(dead_groups_table(record))
     elapsed = time.perf_counter() - started
     console.print(f"{runs} runs in {elapsed:.0f} s; wrote {', '.join(str(p) for p in paths)}")
 
 
-def _cell(stat: dict[str, float], scale: float = 100.0, digits: int = 1) -> str:
+def _cell(stat: dict[str, float] | None, scale: float = 100.0, digits: int = 1) -> str:
+    """``mean ± se``, the mean scaled (100: %); "-" for a metric the runs did not log."""
+    if stat is None:
+        return "-"
     return f"{stat['mean'] * scale:.{digits}f} ± {stat['se'] * scale:.{digits}f}"
 
 
@@ -240,6 +245,21 @@ def summary_table(record: dict[str, Any]) -> Table:
             _cell(arm["final_kl_to_warm_start"], 1.0, 3),
             _cell(arm.get("kappa_eff_mean"), 1.0, 3),
             _cell(arm.get("skipped_group_fraction_mean"), 1.0, 2),
+        )
+    return table
+
+
+def dead_groups_table(record: dict[str, Any]) -> Table:
+    """Per estimator, the dead-group signal (docs: Dead groups): the group fractions
+    averaged over training and the prompt ledger at the end of the run, in %."""
+    table = Table(title="dead groups, %: groups per step (mean), prompts seen twice (final)")
+    for column in ("arm", "skipped", "unsolved", "solved", "never solved", "always solved"):
+        table.add_column(column, justify="left" if column == "arm" else "right")
+    for name, arm in record["summary"]["arms"].items():
+        table.add_row(
+            name,
+            *(_cell(arm.get(f"{key}_mean")) for key in DEAD_GROUP_KEYS),
+            *(_cell(arm.get(f"final_{key}")) for key in LEDGER_KEYS),
         )
     return table
 

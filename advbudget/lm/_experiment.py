@@ -13,6 +13,9 @@ from typing import Any
 from ._config import LMConfig
 from ._task import TIERS
 
+# Per-step group fractions (averaged over a run) and the prompt ledger (its last value).
+DEAD_GROUP_KEYS = ("skipped_group_fraction", "unsolved_group_fraction", "solved_group_fraction")
+LEDGER_KEYS = ("never_solved_prompt_fraction", "always_solved_prompt_fraction")
 FINAL_KEYS = tuple(f"{tier}/{metric}" for tier in TIERS for metric in ("avg", "pass"))
 
 
@@ -58,15 +61,15 @@ def summarize(config: LMConfig, runs: list[dict[str, Any]]) -> dict[str, Any]:
     for estimator, seeded in by_arm.items():
         scores = [final_scores(run, config.eval_samples) for run in seeded.values()]
         summary = {key: mean_se([s[key] for s in scores]) for key in FINAL_KEYS}
-        for name in ("skipped_group_fraction", "unsolved_group_fraction", "kappa_eff", "reward"):
+        for name in (*DEAD_GROUP_KEYS, "kappa_eff", "reward"):
             per_seed = [_finite(run["history"].get(name, [])) for run in seeded.values()]
             if any(per_seed):  # runs from before a key existed have none
                 summary[f"{name}_mean"] = mean_se([sum(v) / len(v) for v in per_seed if v])
-        # The ledger's last value: over the prompts seen twice or more in the whole run.
-        ledger = "never_solved_prompt_fraction"
-        last = [_finite(run["history"].get(ledger, [])) for run in seeded.values()]
-        if any(last):
-            summary[f"final_{ledger}"] = mean_se([v[-1] for v in last if v])
+        # The ledger's last values: over the prompts seen twice or more in the whole run.
+        for name in LEDGER_KEYS:
+            last = [_finite(run["history"].get(name, [])) for run in seeded.values()]
+            if any(last):
+                summary[f"final_{name}"] = mean_se([v[-1] for v in last if v])
         for name in ("entropy", "kl_to_warm_start"):
             summary[f"final_{name}"] = mean_se([run["test"][name] for run in seeded.values()])
         summary["seconds"] = mean_se([run["seconds"] for run in seeded.values()])

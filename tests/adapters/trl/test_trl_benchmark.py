@@ -33,5 +33,7 @@ def test_benchmark_runs(tmp_path: Path) -> None:
         "stock GRPO",
         "advbudget budget",
         "advbudget budget + kappa_eff every step",
+        "advbudget budget, skipped_groups=drop",
     }
+    assert payload["drop_overhead"]["ratio"] > 0
     assert output.with_suffix(".md").read_text().startswith("# advbudget TRL adapter benchmark")
