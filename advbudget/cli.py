@@ -18,6 +18,7 @@ from ._cli_errors import (
     cli_errors,
     missing_dependency,
 )
+from ._cli_help import reflow_help
 from ._cli_tables import fit_width
 from .core import estimator_names, get_spec
 from .core._catalogue import all_names
@@ -243,6 +244,7 @@ app.command("eval")(eval_command)
 app.command("compare")(compare_command)
 app.command("simulate")(simulate_command)
 app.add_typer(experiment_app, name="experiment", help="Experiments on real trainers: lm.")
+reflow_help(app)
 
 
 def main() -> None:

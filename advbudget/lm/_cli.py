@@ -158,7 +158,6 @@ def _run(
     from ._experiment import run_experiment, write_outputs
 
     console = Console()
-    console.width = max(console.width, 140)  # the summary table has 9 columns
     started = time.perf_counter()
     runs = len(config.estimators) * len(config.seeds)
     console.print(
@@ -190,11 +189,14 @@ def _run(
         from ._plot import plot_curves
 
         paths.append(plot_curves(record, plot or output_dir / "lm.png"))
-    console.print(summary_table(record))
-    console.print(differences_table(record))
-    console.print(dead_groups_table(record))
+    for table in (summary_table, dynamics_table, differences_table, dead_groups_table):
+        console.print(table(record))
     elapsed = time.perf_counter() - started
     console.print(f"{runs} runs in {elapsed:.0f} s; wrote {', '.join(str(p) for p in paths)}")
+
+
+# The test-accuracy columns, keys of the summary's per-arm scores.
+ACCURACY_COLUMNS = ("routine/avg", "routine/pass", "hard/avg", "hard/pass")
 
 
 def _cell(stat: dict[str, float] | None, scale: float = 100.0, digits: int = 1) -> str:
@@ -205,46 +207,33 @@ def _cell(stat: dict[str, float] | None, scale: float = 100.0, digits: int = 1) 
 
 
 def summary_table(record: dict[str, Any]) -> Table:
+    """Final test accuracy per tier, in %: the warm start and each estimator."""
     summary = record["summary"]
     n = record["config"]["eval_samples"]
-    table = Table(
-        title=f"final test accuracy, % (mean ± SE over {len(record['config']['seeds'])} seeds)"
-    )
-    for column in (
-        "arm",
-        f"routine avg@{n}",
-        f"routine pass@{n}",
-        f"hard avg@{n}",
-        f"hard pass@{n}",
-        "entropy",
-        "KL",
-        "κ_eff",
-        "skipped",
-    ):
-        table.add_column(column)
-    warm = summary["warm_start_test"]
-    table.add_row(
-        "warm start",
-        _cell(warm["routine/avg"]),
-        _cell(warm["routine/pass"]),
-        _cell(warm["hard/avg"]),
-        _cell(warm["hard/pass"]),
-        "",
-        "",
-        "",
-        "",
-    )
-    for name, arm in summary["arms"].items():
+    seeds = len(record["config"]["seeds"])
+    table = Table(title=f"final test accuracy, % (mean ± SE over {seeds} seeds)")
+    table.add_column("arm")
+    for column in ACCURACY_COLUMNS:
+        table.add_column(column.replace("/", " ") + f"@{n}", justify="right")
+    rows = {"warm start": summary["warm_start_test"], **summary["arms"]}
+    for name, scores in rows.items():
+        table.add_row(name, *(_cell(scores[key]) for key in ACCURACY_COLUMNS))
+    return table
+
+
+def dynamics_table(record: dict[str, Any]) -> Table:
+    """Per estimator: entropy and KL to the warm start after the last step, κ_eff and
+    the reward averaged over training (the skipped fraction: the dead-groups table)."""
+    table = Table(title="training: final entropy and KL (nats/token), means over the steps")
+    for column in ("arm", "entropy", "KL", "κ_eff", "reward"):
+        table.add_column(column, justify="left" if column == "arm" else "right")
+    for name, arm in record["summary"]["arms"].items():
         table.add_row(
             name,
-            _cell(arm["routine/avg"]),
-            _cell(arm["routine/pass"]),
-            _cell(arm["hard/avg"]),
-            _cell(arm["hard/pass"]),
             _cell(arm["final_entropy"], 1.0, 3),
             _cell(arm["final_kl_to_warm_start"], 1.0, 3),
             _cell(arm.get("kappa_eff_mean"), 1.0, 3),
-            _cell(arm.get("skipped_group_fraction_mean"), 1.0, 2),
+            _cell(arm.get("reward_mean"), 1.0, 3),
         )
     return table
 
@@ -267,17 +256,9 @@ def dead_groups_table(record: dict[str, Any]) -> Table:
 def differences_table(record: dict[str, Any]) -> Table:
     n = record["config"]["eval_samples"]
     table = Table(title="paired differences (same seed, same prompts), points, mean ± SE")
-    for column in (
-        "difference",
-        f"routine avg@{n}",
-        f"routine pass@{n}",
-        f"hard avg@{n}",
-        f"hard pass@{n}",
-    ):
-        table.add_column(column)
+    table.add_column("difference")
+    for column in ACCURACY_COLUMNS:
+        table.add_column(column.replace("/", " ") + f"@{n}", justify="right")
     for name, diff in record["summary"]["paired_differences"].items():
-        table.add_row(
-            name,
-            *(_cell(diff[k]) for k in ("routine/avg", "routine/pass", "hard/avg", "hard/pass")),
-        )
+        table.add_row(name, *(_cell(diff[key]) for key in ACCURACY_COLUMNS))
     return table

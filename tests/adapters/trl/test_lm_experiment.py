@@ -111,13 +111,16 @@ def finite(values: list[Any]) -> list[float]:
 
 def test_quick_run_end_to_end(tmp_path: Path) -> None:
     # The command exactly as docs/lm.md shows it; HOME keeps the cache in tmp_path.
-    env = {**os.environ, "HOME": str(tmp_path), "COLUMNS": "160"}
+    env = {**os.environ, "HOME": str(tmp_path), "COLUMNS": "80"}
     run = subprocess.run(
         [str(ADVBUDGET), "experiment", "lm", "--quick"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:] + run.stdout[-3000:]
     assert "budget - grpo" in run.stdout
+    assert "dead groups" in run.stdout
+    wide = [line for line in run.stdout.splitlines() if len(line) > 80]
+    assert not wide, wide  # every table fits an 80-column terminal
     out = tmp_path / "demo" / "lm"
     assert (out / "lm.png").stat().st_size > 10_000
     record = json.loads((out / "lm.json").read_text())
@@ -200,6 +203,8 @@ def test_summary_by_hand() -> None:
         scores |= {"hard/pass@8": 2 * hard, "entropy": 0.3, "kl_to_warm_start": 0.1}
         history = {"skipped_group_fraction": [None, 0.5, 0.25], "kappa_eff": [None, 1.0, None]}
         history["reward"] = [None, 0.5, 0.5]
+        history["unsolved_group_fraction"] = [None, 0.25, 0.75]
+        history["never_solved_prompt_fraction"] = [None, None, hard]
         return {
             "estimator": estimator, "seed": seed, "test": scores, "history": history,
             "test_warm_start": scores, "seconds": 1.0,
@@ -212,6 +217,10 @@ def test_summary_by_hand() -> None:
     assert summary["arms"]["grpo"]["hard/avg"]["se"] == pytest.approx(0.1)  # std 0.1414 / √2
     assert summary["arms"]["budget"]["hard/avg"]["se"] == 0.0
     assert summary["arms"]["grpo"]["skipped_group_fraction_mean"]["mean"] == 0.375
+    assert summary["arms"]["grpo"]["unsolved_group_fraction_mean"]["mean"] == 0.5
+    # the ledger's last value, per seed, then over seeds: (0.1 + 0.3) / 2
+    assert summary["arms"]["grpo"]["final_never_solved_prompt_fraction"]["mean"] == 0.2
+    assert "solved_group_fraction_mean" not in summary["arms"]["grpo"]  # not logged
     diff = summary["paired_differences"]["budget - grpo"]
     assert diff["hard/avg"]["mean"] == pytest.approx(0.0)  # +0.1 and -0.1
     assert diff["hard/avg"]["se"] == pytest.approx(0.1)
