@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import platform
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -101,18 +100,13 @@ def summarize(config: LMConfig, runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def machine() -> dict[str, Any]:
-    import os
+    """:func:`advbudget._machine.machine_info` with torch imported (its threads, CPU
+    capability and GPU): the numbers of this experiment depend on all of it."""
+    import torch  # noqa: F401
 
-    import torch
+    from .._machine import machine_info
 
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-    }
+    return machine_info()
 
 
 def run_experiment(

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .._machine import machine_info
 from ..eval import avg_at_k, mean_pass_at_k
 from ..rewards import is_correct
 from ..tiny import tiny_qwen3_config, word_level_tokenizer
@@ -199,6 +200,21 @@ def _collator(tokenizer: Any) -> Callable[[list[Problem]], dict[str, Any]]:
     return collate
 
 
+def _made_elsewhere(record: dict[str, Any]) -> str:
+    """A note when a cached warm start was trained with another thread count or CPU:
+    its weights then differ from what this machine would train (docs/lm.md, §7)."""
+    import torch
+
+    made = record.get("machine", {})
+    now = machine_info(packages=())
+    differences = []
+    if record.get("torch_threads") not in (None, torch.get_num_threads()):
+        differences.append(f"{record['torch_threads']} threads, now {torch.get_num_threads()}")
+    if made.get("cpu") and made["cpu"] != now["cpu"]:
+        differences.append(f"CPU {made['cpu'].get('model')}")
+    return f" (trained with {'; '.join(differences)})" if differences else ""
+
+
 def warm_start(
     config: LMConfig,
     cache_dir: Path,
@@ -217,7 +233,7 @@ def warm_start(
     record_path = folder / WARM_START_FILE
     if record_path.is_file():
         record: dict[str, Any] = json.loads(record_path.read_text(encoding="utf-8"))
-        log(f"warm start: cached in {folder}")
+        log(f"warm start: cached in {folder}{_made_elsewhere(record)}")
         return folder, record
     import torch
     from transformers import PrinterCallback, Trainer, TrainerCallback, TrainingArguments
@@ -275,6 +291,9 @@ def warm_start(
         use_cpu=config.device == "cpu",
         seed=config.sft_seed,
         data_seed=config.sft_seed,
+        # torch's deterministic algorithms: with the fixed thread count (--threads), the
+        # warm start is bit-for-bit the same on one machine (docs/lm.md: across machines)
+        full_determinism=True,
         disable_tqdm=True,
         remove_unused_columns=False,
         dataloader_num_workers=0,
@@ -303,6 +322,7 @@ def warm_start(
         "seconds": time.perf_counter() - started,
         "parameters": sum(p.numel() for p in model.parameters()),
         "torch_threads": torch.get_num_threads(),
+        "machine": machine_info(),
     }
     (work / WARM_START_FILE).write_text(json.dumps(record, indent=1), encoding="utf-8")
     shutil.rmtree(work / "trainer", ignore_errors=True)

@@ -127,6 +127,7 @@ def run_rl(
             use_cpu=config.device == "cpu",
             bf16=False,
             activation_checkpointing=False,
+            full_determinism=True,  # torch's deterministic algorithms, as the warm start
             report_to="none",
             num_generations=config.group_size,
             per_device_train_batch_size=config.prompts_per_step * config.group_size,

@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .._cli_errors import atomic_output, check_output_dir, cli_errors
+from .._machine import machine_info
 from ..core import estimator_names, get_estimator
 from . import _report
 from ._experiment import (
@@ -332,7 +333,12 @@ def _run_one(
         console.print(f"[bold]{_report.short_title(data)}[/bold]")
         console.print(experiment_table(data))
         console.print(_report.sweep_reading(data))
-        extra = {"command": command, "seconds": data["seconds"], "workers": workers}
+        extra = {
+            "command": command,
+            "seconds": data["seconds"],
+            "workers": workers,
+            "machine": machine_info(packages=("advbudget", "numpy")),
+        }
         write_json(result, partial / f"{stem}.json", curve_stride=curve_stride, extra=extra)
         from ._plot import plot_experiment
 
@@ -369,6 +375,7 @@ def _run_map_command(config: MapConfig, workers: int, output_dir: Path) -> None:
         result["command"] = command
         result["seconds"] = round(elapsed, 1)
         result["workers"] = workers
+        result["machine"] = machine_info(packages=("advbudget", "numpy"))
         for other in config.estimators[1:]:
             title = _report.map_title(result).replace("{other}", other)
             console.print(f"\n[bold]{title}[/bold]")
