@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from .checks import int_at_least
 from .core._arrays import as_array
-from .core._checks import int_at_least
 
 __all__ = ["LEDGER_KEYS", "PromptLedger", "prompt_key"]
 

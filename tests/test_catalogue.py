@@ -21,8 +21,8 @@ from advbudget import (
     unregister_estimator,
 )
 from advbudget._estimators_page import estimators_markdown
+from advbudget.checks import positive_finite
 from advbudget.core import CONVENTIONS, get_convention
-from advbudget.core._checks import positive_finite
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any, Literal, overload
 
-from . import _checks, _estimators
+from .. import checks
+from . import _estimators
 from ._arrays import Array
 
 Estimator = Callable[..., Array]
@@ -143,7 +144,7 @@ _TIE_NOTE = "a group with no reward gap, or of one"
 
 
 def _eps(default: float) -> Option:
-    return Option("eps", default, _checks.nonnegative_finite, "added to the std")
+    return Option("eps", default, checks.nonnegative_finite, "added to the std")
 
 
 def _std_correction(name: str, value: Any) -> int:
@@ -179,12 +180,12 @@ def _whitening(*, correction: int, var_eps: float, var_floor: float) -> tuple[Op
             _std_correction,
             "1: unbiased variance over tokens (verl's masked_whiten); 0: biased (OpenRLHF)",
         ),
-        Option("var_eps", var_eps, _checks.nonnegative_finite, "added to the variance"),
-        Option("var_floor", var_floor, _checks.nonnegative_finite, "the variance's lower clamp"),
+        Option("var_eps", var_eps, checks.nonnegative_finite, "added to the variance"),
+        Option("var_floor", var_floor, checks.nonnegative_finite, "the variance's lower clamp"),
         Option(
             "std_norm",
             True,
-            _checks.boolean,
+            checks.boolean,
             "False: only the batch mean is subtracted (OpenRLHF's no_std_norm)",
         ),
     )
@@ -197,7 +198,7 @@ BUILTINS: tuple[EstimatorSpec, ...] = (
         formula="B·(r−min)/Σ(r−min) − B/G",
         reference="Reward budgeting, arXiv 2611.05942",
         aliases=("reward_budget",),
-        options=(Option("budget", 1.0, _checks.positive_finite, "the total budget B"),),
+        options=(Option("budget", 1.0, checks.positive_finite, "the total budget B"),),
         raw_singletons=False,
     ),
     EstimatorSpec(
@@ -240,7 +241,7 @@ BUILTINS: tuple[EstimatorSpec, ...] = (
             Option(
                 "norm_adv_by_std",
                 True,
-                _checks.boolean,
+                checks.boolean,
                 "False: r_max − r_second, not divided by the std (verl's norm_adv_by_std_in_grpo)",
             ),
             _eps(1e-6),
@@ -253,7 +254,7 @@ BUILTINS: tuple[EstimatorSpec, ...] = (
         fn=_estimators.gpg,
         formula="α · (r − mean) / f_norm, α = N / (rollouts of the batch with r ≠ 0)",
         reference="GPG, arXiv 2504.02546 (verl's gpg)",
-        options=(Option("f_norm", 1.0, _checks.positive_finite, "divides the advantage"),),
+        options=(Option("f_norm", 1.0, checks.positive_finite, "divides the advantage"),),
         batch_statistics=(
             "α = N / max(1, number of nonzero rewards), N the rollouts with a reward, over "
             "the whole batch"

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from . import _checks
+from .. import checks
 from ._arrays import Array, as_array, backend, compute_dtype, device_of, is_traced
 from ._catalogue import Estimator, EstimatorSpec, as_spec
 from ._groups import GroupMethod, Groups
@@ -270,10 +270,10 @@ def group_checked(
     num_rollouts = int(rewards.shape[0])
     if num_rollouts == 0:
         raise ValueError("rewards: expected at least one rollout, got an empty array")
-    _checks.choice("nan_policy", nan_policy, ("raise", "omit"))
-    _checks.choice("singletons", singletons, ("skip", "raw"))
-    _checks.nonnegative_finite("tie_rtol", tie_rtol)
-    _checks.nonnegative_finite("tie_atol", tie_atol)
+    checks.choice("nan_policy", nan_policy, ("raise", "omit"))
+    checks.choice("singletons", singletons, ("skip", "raw"))
+    checks.nonnegative_finite("tie_rtol", tie_rtol)
+    checks.nonnegative_finite("tie_atol", tie_atol)
     device = device_of(rewards)
     if str(device) == "meta":  # torch's shape-only tensors: nothing to compute on
         raise ValueError(

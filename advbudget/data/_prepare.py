@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..checks import int_at_least
 from ._load import load_problems
 from ._problems import DEFAULT_SOURCE, Problem, extract_problem
 from ._writers import WRITERS
@@ -240,10 +241,8 @@ def check_split_options(
             "val_size and val_fraction: give one of them, got "
             f"val_size={val_size} and val_fraction={val_fraction}"
         )
-    if val_size is not None and (
-        isinstance(val_size, bool) or not isinstance(val_size, numbers.Integral) or val_size < 0
-    ):
-        raise ValueError(f"val_size: expected an int >= 0, got {val_size!r}")
+    if val_size is not None:
+        int_at_least("val_size", val_size, 0)
     if val_fraction is not None and (
         isinstance(val_fraction, bool)
         or not isinstance(val_fraction, numbers.Real)

@@ -10,7 +10,6 @@ first, and the last column the largest gains the paper reports for budgeting.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -21,6 +20,7 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from .._cli_errors import CommandError, cli_errors
+from ..checks import finite, int_at_least
 from ._run import SCORES
 
 AVERAGE = "average"
@@ -74,12 +74,6 @@ def _label(run: Path, scores: Path) -> str:
     return folder.resolve().name or str(run)
 
 
-def _number(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{where}: expected a finite number, got {value!r}")
-    return float(value)
-
-
 def parse_scores(data: Any) -> dict[str, BenchmarkResult]:
     """The per-benchmark results of a ``scores.json`` document; raises ``ValueError``
     naming the first field that is missing or wrong."""
@@ -90,9 +84,7 @@ def parse_scores(data: Any) -> dict[str, BenchmarkResult]:
         where = f"benchmarks.{name}"
         if not isinstance(entry, dict):
             raise ValueError(f"{where}: expected an object, got {type(entry).__name__}")
-        n = entry.get("samples_per_problem")
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"{where}.samples_per_problem: expected an int >= 1, got {n!r}")
+        n = int_at_least(f"{where}.samples_per_problem", entry.get("samples_per_problem"), 1)
         pass_at = entry.get("pass_at", {})
         if not isinstance(pass_at, dict):
             raise ValueError(f"{where}.pass_at: expected an object, got {pass_at!r}")
@@ -100,9 +92,9 @@ def parse_scores(data: Any) -> dict[str, BenchmarkResult]:
         for k, value in pass_at.items():
             if not str(k).isdigit():
                 raise ValueError(f"{where}.pass_at: expected integer keys, got {k!r}")
-            passes[int(k)] = _number(value, f"{where}.pass_at.{k}")
+            passes[int(k)] = finite(f"{where}.pass_at.{k}", value)
         results[str(name)] = BenchmarkResult(
-            avg=_number(entry.get("avg"), f"{where}.avg"), samples_per_problem=n, pass_at=passes
+            avg=finite(f"{where}.avg", entry.get("avg")), samples_per_problem=n, pass_at=passes
         )
     if not results:
         raise ValueError("benchmarks: expected at least one benchmark, got none")

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..checks import int_at_least
 from ._config import LMConfig
 from ._task import TIERS
 
@@ -126,8 +127,7 @@ def run_experiment(
     """
     from ._model import warm_start
 
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers: expected an int >= 1, got {workers!r}")
+    int_at_least("workers", workers, 1)
     started = time.perf_counter()
     folder, warm = warm_start(config, cache_dir, log=log)
     # Seeds outermost: a run cut short still leaves whole estimator pairs behind it.

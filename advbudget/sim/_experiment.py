@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ..checks import int_at_least
 from ..metrics import oscillation
 from ._ceiling import Ceiling, task_ceiling
 from ._task import Float, Task, TaskConfig, make_task
@@ -345,8 +346,7 @@ def run_many(
     on_step: Callable[[int], None] | None = None,
 ) -> list[dict[str, Float]]:
     """Train ``(run, task)`` pairs, in ``workers`` processes when more than 1; in order."""
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers: expected an int >= 1, got {workers!r}")
+    int_at_least("workers", workers, 1)
     if workers == 1 or len(jobs) <= 1:
         return [train(run, cached_task(task), on_step=on_step) for run, task in jobs]
     results: list[dict[str, Float] | None] = [None] * len(jobs)
@@ -472,8 +472,7 @@ def to_json(result: ExperimentResult, *, curve_stride: int = 1) -> dict[str, Any
         >>> sorted(data["arms"][0])
         ['curves', 'label', 'run', 'summary']
     """
-    if isinstance(curve_stride, bool) or not isinstance(curve_stride, int) or curve_stride < 0:
-        raise ValueError(f"curve_stride: expected an int >= 0, got {curve_stride!r}")
+    int_at_least("curve_stride", curve_stride, 0)
     steps = result.config.steps
     kept = sorted(set(range(0, steps + 1, curve_stride)) | {steps}) if curve_stride else []
     arms = []

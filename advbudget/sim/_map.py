@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..checks import int_at_least
 from ._ceiling import BOUND_ITERATIONS, CEILING_ITERATIONS, policy_ceiling
 from ._experiment import ESCAPE_FRACTION, _write_compact_json, cached_task
 from ._task import TaskConfig
@@ -143,8 +144,7 @@ def run_map(
         >>> len(result["cells"]), sorted(result["cells"][0]["difference"])
         (4, ['grpo'])
     """
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers: expected an int >= 1, got {workers!r}")
+    int_at_least("workers", workers, 1)
     jobs: list[tuple[str, Any, TaskConfig]] = []
     for hard in config.hard_types:
         for total in config.total_types:

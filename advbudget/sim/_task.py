@@ -18,6 +18,8 @@ from dataclasses import dataclass, fields
 import numpy as np
 from numpy.typing import NDArray
 
+from ..checks import int_at_least
+
 Float = NDArray[np.float64]
 Int = NDArray[np.int64]
 Bool = NDArray[np.bool_]
@@ -81,8 +83,7 @@ class TaskConfig:
             "validation_prompts": (self.validation_prompts, 1),
         }
         for name, (value, least) in counts.items():
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise ValueError(f"{name}: expected an int >= {least}, got {value!r}")
+            int_at_least(name, value, least)
         if self.routine_types + self.hard_types < 1:
             raise ValueError(
                 "routine_types, hard_types: expected at least one prompt type, got 0 and 0"

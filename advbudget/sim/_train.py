@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..checks import int_at_least, nonnegative_finite
 from ..core import compute_advantages, get_spec
 from ..metrics import advantage_metrics, kappa_eff, summarize
 from ._policy import Minibatch, surrogate_loss
@@ -91,12 +92,12 @@ class RunConfig:
                 f"estimator: {spec.name} needs per-rollout inputs ({', '.join(needs)}) that "
                 "the lab's bandit rollouts do not have"
             )
-        _check_int("steps", self.steps, 0)
-        _check_int("group_size", self.group_size, 2)
-        _check_int("prompts_per_step", self.prompts_per_step, 1)
-        _check_int("minibatches", self.minibatches, 1)
-        _check_int("seed", self.seed, 0)
-        _check_int("eval_every", self.eval_every, 1)
+        int_at_least("steps", self.steps, 0)
+        int_at_least("group_size", self.group_size, 2)
+        int_at_least("prompts_per_step", self.prompts_per_step, 1)
+        int_at_least("minibatches", self.minibatches, 1)
+        int_at_least("seed", self.seed, 0)
+        int_at_least("eval_every", self.eval_every, 1)
         if self.entropy_in not in ENTROPY_PLACES:
             raise ValueError(
                 f"entropy_in: expected one of {ENTROPY_PLACES}, got {self.entropy_in!r}"
@@ -106,27 +107,16 @@ class RunConfig:
                 f"minibatches: expected a divisor of prompts_per_step={self.prompts_per_step} "
                 f"(minibatches hold whole groups), got {self.minibatches}"
             )
-        _check_number("learning_rate", self.learning_rate)
-        _check_number("beta", self.beta)
-        _check_number("entropy_coef", self.entropy_coef)
-        _check_number("clip", self.clip)
+        nonnegative_finite("learning_rate", self.learning_rate)
+        nonnegative_finite("beta", self.beta)
+        nonnegative_finite("entropy_coef", self.entropy_coef)
+        nonnegative_finite("clip", self.clip)
         if self.clip <= 0:
             raise ValueError(f"clip: expected a number > 0, got {self.clip!r}")
         if self.entropy_until is not None:
-            _check_int("entropy_until", self.entropy_until, 0)
+            int_at_least("entropy_until", self.entropy_until, 0)
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer: expected one of {OPTIMIZERS}, got {self.optimizer!r}")
-
-
-def _check_int(name: str, value: object, least: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
-        raise ValueError(f"{name}: expected an int >= {least}, got {value!r}")
-
-
-def _check_number(name: str, value: object) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not (ok and math.isfinite(value) and value >= 0):  # type: ignore[arg-type,operator]
-        raise ValueError(f"{name}: expected a finite number >= 0, got {value!r}")
 
 
 class _Optimizer:

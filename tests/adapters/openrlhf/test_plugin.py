@@ -48,7 +48,7 @@ def test_parses_with_its_option() -> None:
     )  # fmt: skip
     assert args.algo.advantage.estimator == NAME
     assert args.advbudget.scale == 3.0
-    with pytest.raises(SystemExit, match="scale: expected a positive number, got -1"):
+    with pytest.raises(SystemExit, match="scale: expected a positive finite number, got -1"):
         main(
             [
                 "--advbudget.parse_only",

@@ -46,7 +46,7 @@ def test_trains_by_name_with_its_option(make_trainer: Any) -> None:
 
 
 def test_bad_option_fails_before_training(make_trainer: Any) -> None:
-    with pytest.raises(ValueError, match="scale: expected a positive number, got 0"):
+    with pytest.raises(ValueError, match="scale: expected a positive finite number, got 0"):
         make_trainer(
             AdvBudgetGRPOTrainer,
             advantage_estimator="plugin_scaled_dr",

@@ -47,7 +47,7 @@ def test_selected_by_name_with_its_option(scale: float | None) -> None:
 
 def test_bad_option_names_the_option() -> None:
     batch = make_batch([2, 2], seed=1)
-    with pytest.raises(ValueError, match="scale: expected a positive number, got -1"):
+    with pytest.raises(ValueError, match="scale: expected a positive finite number, got -1"):
         run(NAME, batch, algorithm_config(NAME, scale=-1.0))
 
 

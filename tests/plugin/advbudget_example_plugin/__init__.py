@@ -11,12 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from advbudget import EstimatorSpec, GroupedRewards, Option
-
-
-def _positive(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"{name}: expected a positive number, got {value!r}")
-    return float(value)
+from advbudget.checks import positive_finite
 
 
 def scaled_dr(grouped: GroupedRewards, *, scale: float = 2.0) -> Any:
@@ -31,7 +26,7 @@ SCALED_DR = EstimatorSpec(
     fn=scaled_dr,
     formula="scale · (r − mean)",
     reference="advbudget-example-plugin (tests/plugin)",
-    options=(Option("scale", 2.0, _positive, "the factor"),),
+    options=(Option("scale", 2.0, positive_finite, "the factor"),),
 )
 
 

@@ -1,13 +1,24 @@
-"""Checks of scalar options, written once: each error names the argument, what was
-expected and what was given (``budget: expected a positive finite number, got -1``).
+"""Checks of scalar arguments, written once for the whole library and public for plugin
+authors: each error is one line naming the argument, what was expected and what was given
+(``budget: expected a positive finite number, got -1``).
 
 Each check returns the value converted to its Python type, so option tables can use them
-as converters too (a verl DictConfig or an argparse string arrives as a number).
+as converters too (an estimator's ``Option(..., check)``).
+
+Examples:
+    >>> from advbudget.checks import int_at_least, positive_finite
+    >>> positive_finite("scale", 2), int_at_least("workers", 3, 1)
+    (2.0, 3)
+    >>> int_at_least("workers", True, 1)
+    Traceback (most recent call last):
+    ...
+    ValueError: workers: expected an int >= 1, got True
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,9 +48,12 @@ def finite(name: str, value: Any) -> float:
     return float(value)
 
 
+__all__ = ["boolean", "choice", "finite", "int_at_least", "nonnegative_finite", "positive_finite"]
+
+
 def int_at_least(name: str, value: Any, least: int) -> int:
-    """``value`` as an int >= ``least`` (bools and floats refused)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+    """``value`` as an int >= ``least`` (numpy integers too; bools and floats refused)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
         raise ValueError(f"{name}: expected an int >= {least}, got {value!r}")
     return int(value)
 
