@@ -217,9 +217,9 @@ def _on_new_estimator(spec: EstimatorSpec) -> None:
         _register_with_verl(VERL.name_of(name))
 
 
-def report_failure(error: BaseException, what: str = "") -> None:
+def report_failure(error: BaseException, what: str = "", consequence: str = "") -> None:
     """Say loudly on stderr that registration failed (verl hides plugin import errors)."""
-    consequence = (
+    consequence = consequence or (
         "verl will later report 'Unknown advantage estimator' for advbudget_* and reward_budget."
         if not what
         else "The advantage estimators are registered; the metrics trainers are not."

@@ -29,8 +29,11 @@ import math
 import warnings
 from typing import Any
 
+from advbudget.metrics import advantage_metric_dict
+
 from ._estimators import VERL, option
-from ._metrics import batch_metrics, metrics_estimator, solved_reward
+from ._metrics import METRIC_PREFIX, batch_result, metrics_estimator, solved_reward
+from ._skipped import DROP_FLAG, check_options, drop_rule
 
 # Our mode name -> (module, class, verl's mode name) of the verl trainer it extends.
 BASE_TRAINERS = {
@@ -77,11 +80,22 @@ def register_trainers() -> list[str]:
 
 def _make_trainer(base: type, base_mode: str) -> type:
     class Trainer(base):  # type: ignore[misc]
+        # +algorithm.advbudget.skipped_groups, and the rows drop leaves out of this step's
+        # actor update (keys of the batch); set per instance in __init__.
+        _advbudget_skipped_groups = "keep"
+        _advbudget_dropped: list[Any] = []  # noqa: RUF012 (replaced, never mutated)
+
         def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
             from omegaconf import open_dict
 
-            # A bad solved_reward fails here, before any model loads.
+            # Bad options fail here, before any model loads.
             solved_reward(option(config, "algorithm", None))
+            mode = str(option(config, "trainer.v1.trainer_mode", ""))
+            self._advbudget_skipped_groups = check_options(config, trainer_mode=mode)
+            self._advbudget_dropped = []
+            if self._advbudget_skipped_groups == "drop":
+                actor = config.actor_rollout_ref.actor
+                print(drop_rule(actor.loss_agg_mode, actor.get("loss_scale_factor")), flush=True)
             with open_dict(config):
                 config.trainer.v1.trainer_mode = base_mode
             super().__init__(config, *args, **kwargs)
@@ -94,12 +108,25 @@ def _make_trainer(base: type, base_mode: str) -> type:
             field = "token_level_rewards" if kl_in_reward else "rm_scores"
             data = _fetch_dataproto(batch, ["uid", field, "response_mask"])
             data.batch["token_level_rewards"] = data.batch[field]
-            metrics.update(_defined(batch_metrics(data, self.config.algorithm)))
+            config = self.config.algorithm
+            result = batch_result(data, config)
+            if result is not None:
+                reward = solved_reward(config)
+                metrics.update(
+                    _defined(advantage_metric_dict(result, METRIC_PREFIX, solved_reward=reward))
+                )
+            if self._advbudget_skipped_groups == "drop" and result is not None:
+                real = [i for i, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
+                skipped = [i for i, kept in enumerate(result.valid.tolist()) if not kept]
+                self._advbudget_dropped = [batch.keys[real[i]] for i in skipped]
             metrics.update(_reward_fault_counts(batch))
             return batch
 
         def _update_actor(self, batch: Any, metrics: dict[str, Any]) -> Any:
-            batch = super()._update_actor(batch, metrics=metrics)
+            if self._advbudget_skipped_groups == "drop":
+                batch = _update_without(self, batch, metrics)
+            else:
+                batch = super()._update_actor(batch, metrics=metrics)
             config = self.config.algorithm
             every = int(option(config, "advbudget.kappa_every", DEFAULT_KAPPA_EVERY))
             if every > 0 and self.global_steps % every == 0:
@@ -124,9 +151,46 @@ def _make_trainer(base: type, base_mode: str) -> type:
                 )
                 return {}
 
+    def _update_without(trainer: Any, batch: Any, metrics: dict[str, Any]) -> Any:
+        """verl's actor update with the dropped rows' masks zeroed and :data:`DROP_FLAG`
+        set (the kept-row count of :func:`install_kept_row_count`); the masks are put back
+        after it, for verl's metrics and κ_eff."""
+        dropped, trainer._advbudget_dropped = trainer._advbudget_dropped, []
+        saved = _zero_masks(batch, dropped)
+        batch.extra_info[DROP_FLAG] = "drop"
+        try:
+            return base._update_actor(trainer, batch, metrics=metrics)  # type: ignore[attr-defined]
+        finally:
+            batch.extra_info.pop(DROP_FLAG, None)
+            if saved is not None:
+                _put_fields(batch, dropped, saved)
+
     Trainer.__name__ = Trainer.__qualname__ = f"AdvbudgetMetrics_{base_mode}"
     Trainer.__doc__ = f"verl's ``{base_mode}`` trainer plus advbudget's metrics and κ_eff."
     return Trainer
+
+
+MASK_FIELDS = ["response_mask", "loss_mask"]
+
+
+def _zero_masks(batch: Any, keys: list[Any]) -> Any:
+    """Zero the ``response_mask`` and ``loss_mask`` of the rows ``keys`` of ``batch`` in
+    TransferQueue (the actor's workers read both); returns their old values, or None."""
+    if not keys:
+        return None
+    import torch
+    import transfer_queue as tq
+
+    old = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=MASK_FIELDS)
+    zeros = old.apply(torch.zeros_like)
+    _put_fields(batch, keys, zeros)
+    return old
+
+
+def _put_fields(batch: Any, keys: list[Any], fields: Any) -> None:
+    import transfer_queue as tq
+
+    tq.kv_batch_put(keys=keys, partition_id=batch.partition_id, fields=fields)
 
 
 def _defined(metrics: dict[str, float]) -> dict[str, float]:
