@@ -445,3 +445,67 @@ def test_drop_zeroes_the_masks_for_the_actor_update_only(monkeypatch: pytest.Mon
     trainer._update_actor(batch, metrics=metrics)  # the next step without a new advantage
     assert seen["flag"] == "drop"
     assert all(r > 0 and lo > 0 for r, lo in seen["masks"].values())
+
+
+# ---------------------------------------------------------------- resample: why it is refused
+
+
+def test_verls_group_filter_is_not_the_skip_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """verl 0.9.1's DAPO filter (V1 ``ReplayBuffer`` with ``algorithm.filter_groups``,
+    metric ``reward``) against the core's skip rule, group by group: they agree on 0/1,
+    ±1 and distinct graded rewards, and differ on a tie within the tolerance, a group of
+    one and a NaN reward (verl keeps all three, the estimator skips them). The reason
+    ``resample`` is refused (with verl's uncapped rounds); this test says when it changes."""
+    pytest.importorskip("transfer_queue")
+    import transfer_queue as tq
+
+    from advbudget.adapters.verl import compute_result
+    from advbudget.adapters.verl._skipped import RESAMPLE_REFUSED
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+
+    groups = {
+        "binary": [0.0, 1.0, 0.0, 1.0],
+        "allright": [1.0, 1.0, 1.0, 1.0],
+        "allwrong": [-1.0, -1.0, -1.0, -1.0],
+        "graded": [0.3, 0.7, 0.5, 0.5],
+        "neartie": [0.5, 0.5 + 5e-7, 0.5, 0.5],  # apart in float32 (verl's rm_scores)
+        "single": [1.0],
+        "nan": [1.0, float("nan"), 1.0, 1.0],
+    }
+    rewards = {f"{uid}_0_{i}": r for uid, values in groups.items() for i, r in enumerate(values)}
+    monkeypatch.setattr(
+        tq,
+        "kv_batch_get",
+        lambda keys, partition_id, select_fields: {
+            "rm_scores": [torch.tensor([0.0, rewards[k]]) for k in keys]
+        },
+    )
+    buffer = ReplayBuffer(
+        "sync",
+        {},
+        None,
+        "drop",
+        {},
+        refill_fn=lambda count: None,
+        filter_groups_metric="reward",
+        train_batch_size=len(groups),
+        gen_batch_size=1,
+    )
+    buffer.partitions["train"] = {key: {} for key in rewards}
+    buffer.finished_keys["train"] = set(groups)
+    verl_filtered, _ = buffer._dapo_filtered_keys("train")
+
+    uids = np.array([key.split("_")[0] for key in rewards], dtype=object)
+    scores = torch.tensor([[r] for r in rewards.values()], dtype=torch.float32)
+    result = compute_result("reward_budget", scores, uids, {"advbudget": {"nan_policy": "omit"}})
+    group_skipped = result.group_skipped.tolist()
+    skipped = {
+        u for u, g in zip(uids, result.group_index.tolist(), strict=True) if group_skipped[g]
+    }
+
+    assert verl_filtered == {"allright", "allwrong"}
+    assert skipped == {"allright", "allwrong", "neartie", "single", "nan"}
+    assert "exactly equal (std == 0; a group of one is kept)" in RESAMPLE_REFUSED
