@@ -15,6 +15,9 @@ Select one with ``trainer.v1.trainer_mode=advbudget_sync`` (or ``advbudget_coloc
   to what the actor's workers accept: see :func:`kappa_rows`). Cost: about 2/G of verl's
   own ``old_log_prob`` step (no backward, no rollout) when it runs.
 
+With ``+algorithm.advbudget.skipped_groups=drop`` the skipped rows leave verl's actor
+update and its normalisers (:mod:`advbudget.adapters.verl._skipped`).
+
 verl's base class branches on the literal mode name (``self.trainer_mode == "sync"``), so
 these trainers hand verl the base mode's name (``sync``, ...) and are found under their own.
 
