@@ -162,13 +162,25 @@ def install_kept_row_count() -> bool:
     return True
 
 
+_SAID: list[bool] = []
+
+
 def _with_kept_row_count(train_batch: Any) -> Any:
     @functools.wraps(train_batch)
     def wrapper(self: Any, data: Any) -> Any:
         from verl.utils import tensordict_utils as tu
 
         if tu.get_non_tensor_data(data=data, key=DROP_FLAG, default=None) == "drop":
-            tu.assign_non_tensor(data, global_batch_size=_global_kept_rows(self, data))
+            before = tu.get_non_tensor_data(data=data, key="global_batch_size", default=None)
+            kept = _global_kept_rows(self, data)
+            tu.assign_non_tensor(data, global_batch_size=kept)
+            if not _SAID and before is not None and kept < before:
+                _SAID.append(True)  # once a process, the first time it matters
+                print(
+                    f"advbudget: skipped_groups=drop: the actor's seq-mean-* row count is the "
+                    f"mini-batch's rows with a non-empty loss_mask: {kept} of {before}",
+                    flush=True,
+                )
         return train_batch(self, data)
 
     wrapper._advbudget_kept_rows = True  # type: ignore[attr-defined]
