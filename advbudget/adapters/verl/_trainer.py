@@ -157,8 +157,16 @@ def _make_trainer(base: type, base_mode: str) -> type:
     def _update_without(trainer: Any, batch: Any, metrics: dict[str, Any]) -> Any:
         """verl's actor update with the dropped rows' masks zeroed and :data:`DROP_FLAG`
         set (the kept-row count of :func:`install_kept_row_count`); the masks are put back
-        after it, for verl's metrics and κ_eff."""
+        after it, for verl's metrics and κ_eff. A step whose every response is dropped
+        has nothing to train on: verl's update is not run (its optimizer would still move
+        the weights with Adam's momentum on a zero gradient, or skip a NaN one)."""
         dropped, trainer._advbudget_dropped = trainer._advbudget_dropped, []
+        real = sum(not tag.get("is_padding", False) for tag in batch.tags)
+        metrics[f"{METRIC_PREFIX}actor_update_skipped"] = float(
+            bool(dropped) and len(dropped) == real
+        )
+        if metrics[f"{METRIC_PREFIX}actor_update_skipped"]:
+            return batch
         saved = _zero_masks(batch, dropped)
         batch.extra_info[DROP_FLAG] = "drop"
         try:

@@ -342,7 +342,7 @@ def test_e_drop_in_the_real_loop(run_e: Run) -> None:
     """drop through TransferQueue and the actor's workers: the skipped rows' masks are
     empty in the worker's mini-batch (its seq-mean row count says so), back for verl's
     metrics after the update (no response of length 0), and a step with every group
-    skipped has no gradient at all (keep would still have the KL and entropy terms)."""
+    skipped runs no actor update (keep would still train its KL and entropy terms)."""
     run_e.check()
     assert sorted(run_e.steps) == [1, 2], run_e.tail()
     assert "skipped_groups=drop, loss_agg_mode=seq-mean-token-mean: skipped rows leave" in (
@@ -355,5 +355,7 @@ def test_e_drop_in_the_real_loop(run_e: Run) -> None:
     assert step_1["actor/grad_norm"] > 0
     for metrics in run_e.steps.values():
         assert metrics["response_length/min"] > 0, metrics
+    assert step_1["advbudget/actor_update_skipped"] == 0
     assert step_2["advbudget/valid_fraction"] == 0, step_2
-    assert step_2["actor/grad_norm"] == 0, step_2
+    assert step_2["advbudget/actor_update_skipped"] == 1, step_2
+    assert "actor/grad_norm" not in step_2, step_2

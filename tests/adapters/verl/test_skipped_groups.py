@@ -436,6 +436,7 @@ def test_drop_zeroes_the_masks_for_the_actor_update_only(monkeypatch: pytest.Mon
     assert metrics["advbudget/valid_fraction"] == pytest.approx(4 / 7)
     trainer._update_actor(batch, metrics=metrics)
     assert seen["flag"] == "drop"
+    assert metrics["advbudget/actor_update_skipped"] == 0
     empty = {"k2", "k3", "k5"}  # b tied, c's NaN
     assert {k for k, (r, lo) in seen["masks"].items() if r == 0 and lo == 0} == empty
     assert all(r > 0 and lo > 0 for k, (r, lo) in seen["masks"].items() if k not in empty)
@@ -445,6 +446,16 @@ def test_drop_zeroes_the_masks_for_the_actor_update_only(monkeypatch: pytest.Mon
     trainer._update_actor(batch, metrics=metrics)  # the next step without a new advantage
     assert seen["flag"] == "drop"
     assert all(r > 0 and lo > 0 for r, lo in seen["masks"].values())
+
+    # Every group skipped: verl's update does not run at all.
+    for key in store:
+        store[key]["rm_scores"] = torch.zeros_like(store[key]["rm_scores"])
+    seen.clear()
+    trainer._compute_advantage(batch, metrics=metrics)
+    trainer._update_actor(batch, metrics=metrics)
+    assert seen == {}
+    assert metrics["advbudget/actor_update_skipped"] == 1
+    assert all(store[k]["loss_mask"].sum() == lengths[i] for i, k in enumerate(store))
 
 
 # ---------------------------------------------------------------- resample: why it is refused
