@@ -12,7 +12,8 @@ A skipped row is a response of a group the estimator skipped, or one whose NaN r
   (``ppo_mini_batch_size * rollout.n`` rows, empty rows included): with ``drop`` the
   actor's ``train_batch`` replaces it by the mini-batch's rows with a non-empty mask,
   all-reduced over the data-parallel ranks (:func:`install_kept_row_count`).
-- ``resample``: refused, see :data:`RESAMPLE_REFUSED`.
+- ``resample``: DAPO's dynamic sampling with the estimator's skip rule, through verl's V1
+  sync replay buffer (:mod:`advbudget.adapters.verl._resample`).
 """
 
 from __future__ import annotations
@@ -26,12 +27,11 @@ from ._estimators import option
 SKIPPED_GROUPS_OPTION = "algorithm.advbudget.skipped_groups"
 MAX_GENERATION_BATCHES_OPTION = "algorithm.advbudget.max_generation_batches"
 
-#: Why ``resample`` is refused with verl 0.9.1 (trainer_base.py:187-212, replay_buffer.py:262-313).
+#: Why ``resample`` runs only with the sync trainer.
 RESAMPLE_REFUSED = (
-    "verl 0.9.1's group filter (algorithm.filter_groups, V1 ReplayBuffer) drops a group only "
-    "when its rewards are exactly equal (std == 0; a group of one is kept), not by the "
-    "estimator's skip rule (tie tolerance, NaN rewards), and ignores max_num_gen_batches; "
-    "use drop, or verl's own algorithm.filter_groups.enable=true with its rule"
+    "resample replaces verl 0.9.1's sync replay buffer (its DAPO filter, with the "
+    "estimator's skip rule and a cap on rounds); the async ones refill in their own way: "
+    "use trainer.v1.trainer_mode=advbudget_sync, or drop"
 )
 
 #: The non-tensor key of the actor-update batch that turns the kept-row count on.
@@ -52,7 +52,7 @@ def skipped_groups(config: Any) -> str:
         ValueError: algorithm.advbudget.skipped_groups: expected one of keep, drop, ... got 'skip'
     """
     value = option(config, "advbudget.skipped_groups", "keep")
-    return parse_skipped_groups(value, SKIPPED_GROUPS_OPTION, resample_refused=RESAMPLE_REFUSED)
+    return parse_skipped_groups(value, SKIPPED_GROUPS_OPTION)
 
 
 def max_generation_batches(config: Any) -> int | None:
@@ -84,21 +84,57 @@ def check_options(config: Any, *, trainer_mode: str | None) -> str:
     algorithm = option(config, "algorithm", None)
     choice = skipped_groups(algorithm)
     max_generation_batches(algorithm)
-    if choice != "drop":
+    if choice == "keep":
         return choice
     if not (trainer_mode or "").startswith("advbudget_"):
+        modes = (
+            ""
+            if choice == "resample"
+            else " (or advbudget_colocate_async, advbudget_separate_async)"
+        )
         raise ValueError(
-            f"{SKIPPED_GROUPS_OPTION}: 'drop' needs trainer.use_v1=true and "
-            "trainer.v1.trainer_mode=advbudget_sync (or advbudget_colocate_async, "
-            f"advbudget_separate_async), got trainer mode {trainer_mode!r}"
+            f"{SKIPPED_GROUPS_OPTION}: {choice!r} needs trainer.use_v1=true and "
+            f"trainer.v1.trainer_mode=advbudget_sync{modes}, got trainer mode {trainer_mode!r}"
         )
     if metrics_estimator(algorithm) is None:
         estimator = option(algorithm, "adv_estimator", None)
         raise ValueError(
-            f"{SKIPPED_GROUPS_OPTION}: 'drop' needs a group estimator advbudget describes "
+            f"{SKIPPED_GROUPS_OPTION}: {choice!r} needs a group estimator advbudget describes "
             f"(reward_budget, advbudget_*, grpo, rloo, ...), got adv_estimator={estimator!r}"
         )
+    if choice == "resample":
+        _check_resample(config, trainer_mode)
     return choice
+
+
+def _check_resample(config: Any, trainer_mode: str | None) -> None:
+    """resample replaces verl's sync replay buffer: nothing else may claim it."""
+    if trainer_mode != "advbudget_sync":
+        raise ValueError(
+            f"{SKIPPED_GROUPS_OPTION}: 'resample' is not available with trainer mode "
+            f"{trainer_mode!r}: {RESAMPLE_REFUSED}"
+        )
+    sampler = option(config, "trainer.v1.sampler.custom_sampler", None)
+    if option(sampler, "path", None) or option(sampler, "name", None):
+        raise ValueError(
+            f"{SKIPPED_GROUPS_OPTION}: 'resample' brings its own replay buffer, got "
+            f"trainer.v1.sampler.custom_sampler.path={option(sampler, 'path', None)!r}: "
+            "leave it unset"
+        )
+    if bool(option(config, "algorithm.filter_groups.enable", False)):
+        raise ValueError(
+            f"{SKIPPED_GROUPS_OPTION}: 'resample' is advbudget's DAPO filter, got verl's "
+            "algorithm.filter_groups.enable=true as well: leave verl's off"
+        )
+    reward_model = option(config, "reward.reward_model", None)
+    if bool(option(reward_model, "enable", False)) and not bool(
+        option(reward_model, "enable_resource_pool", False)
+    ):
+        raise ValueError(
+            f"{SKIPPED_GROUPS_OPTION}: 'resample' needs the rewards when groups finish, got a "
+            "colocated reward model (reward.reward_model.enable_resource_pool=false), which "
+            "scores after sampling: use a rule-based reward or enable_resource_pool=true"
+        )
 
 
 def drop_rule(loss_agg_mode: str, loss_scale_factor: Any = None) -> str:

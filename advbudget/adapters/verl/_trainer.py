@@ -101,6 +101,8 @@ def _make_trainer(base: type, base_mode: str) -> type:
                 print(drop_rule(actor.loss_agg_mode, actor.get("loss_scale_factor")), flush=True)
             with open_dict(config):
                 config.trainer.v1.trainer_mode = base_mode
+                if self._advbudget_skipped_groups == "resample":
+                    print(_use_resample_sampler(config), flush=True)
             super().__init__(config, *args, **kwargs)
 
         def _compute_advantage(self, batch: Any, metrics: dict[str, Any]) -> Any:
@@ -179,6 +181,25 @@ def _make_trainer(base: type, base_mode: str) -> type:
     Trainer.__name__ = Trainer.__qualname__ = f"AdvbudgetMetrics_{base_mode}"
     Trainer.__doc__ = f"verl's ``{base_mode}`` trainer plus advbudget's metrics and κ_eff."
     return Trainer
+
+
+def _use_resample_sampler(config: Any) -> str:
+    """Point verl's V1 trainer at :mod:`._resample`'s replay buffer (``config`` open);
+    returns the start-up line saying so."""
+    from ._resample import SAMPLER_NAME, SAMPLER_PATH, sampler_settings
+    from ._skipped import max_generation_batches
+
+    estimator = metrics_estimator(config.algorithm)
+    assert estimator is not None  # check_options refused it
+    settings = sampler_settings(config, estimator, max_generation_batches(config.algorithm))
+    sampler = config.trainer.v1.sampler
+    sampler.custom_sampler = {"path": SAMPLER_PATH, "name": SAMPLER_NAME}
+    sampler.sampler_kwargs = {**(sampler.get("sampler_kwargs") or {}), "advbudget": settings}
+    return (
+        f"advbudget: skipped_groups=resample: verl's replay buffer replaces the groups "
+        f"{estimator} skips, at most {settings['max_generation_batches']} generation rounds "
+        "a step (advbudget/generation_batches)"
+    )
 
 
 MASK_FIELDS = ["response_mask", "loss_mask"]

@@ -249,8 +249,25 @@ def test_kept_row_count_padded_and_jagged() -> None:
             "algorithm.advbudget.skipped_groups: expected one of keep, drop, resample, got 'skip'",
         ),
         (
-            ["+algorithm.advbudget.skipped_groups=resample"],
-            "algorithm.advbudget.skipped_groups: 'resample' is not available here: verl 0.9.1's",
+            ["+algorithm.advbudget.skipped_groups=resample", "trainer.v1.trainer_mode=sync"],
+            "algorithm.advbudget.skipped_groups: 'resample' needs trainer.use_v1=true and "
+            "trainer.v1.trainer_mode=advbudget_sync, got trainer mode 'sync'",
+        ),
+        (
+            [
+                "+algorithm.advbudget.skipped_groups=resample",
+                "trainer.v1.trainer_mode=advbudget_separate_async",
+            ],
+            "algorithm.advbudget.skipped_groups: 'resample' is not available with trainer mode "
+            "'advbudget_separate_async': resample replaces verl 0.9.1's sync replay buffer",
+        ),
+        (
+            [
+                "+algorithm.advbudget.skipped_groups=resample",
+                "algorithm.filter_groups.enable=true",
+            ],
+            "algorithm.advbudget.skipped_groups: 'resample' is advbudget's DAPO filter, got "
+            "verl's algorithm.filter_groups.enable=true as well: leave verl's off",
         ),
         (
             ["+algorithm.advbudget.max_generation_batches=0"],
@@ -286,9 +303,16 @@ def test_check_config_refuses_in_one_line(
     assert line.startswith(f"invalid verl config: ValueError: {error}")
 
 
-@pytest.mark.parametrize("mode", ["advbudget_sync", "advbudget_colocate_async"])
-def test_check_config_takes_drop_with_our_trainers(
-    mode: str, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("mode", "choice"),
+    [
+        ("advbudget_sync", "drop"),
+        ("advbudget_colocate_async", "drop"),
+        ("advbudget_sync", "resample"),
+    ],
+)
+def test_check_config_takes_drop_and_resample_with_our_trainers(
+    mode: str, choice: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from advbudget.adapters.verl.check_config import main
 
@@ -300,7 +324,7 @@ def test_check_config_takes_drop_with_our_trainers(
         "actor_rollout_ref.rollout.n=4",
         "trainer.use_v1=true",
         f"trainer.v1.trainer_mode={mode}",
-        "+algorithm.advbudget.skipped_groups=drop",
+        f"+algorithm.advbudget.skipped_groups={choice}",
         "+algorithm.advbudget.max_generation_batches=3",
     ]
     assert main(args) == 0
@@ -341,7 +365,7 @@ def test_trainer_checks_the_options_before_verl_starts(
             }
         )
 
-    for bad in ({"skipped_groups": "all"}, {"skipped_groups": "resample"}):
+    for bad in ({"skipped_groups": "all"}, {"skipped_groups": 1}):
         with pytest.raises(ValueError, match=r"^algorithm\.advbudget\.skipped_groups: "):
             trainer_class(config(**bad))
     with pytest.raises(ValueError, match=r"^algorithm\.advbudget\.max_generation_batches: "):
@@ -465,13 +489,12 @@ def test_verls_group_filter_is_not_the_skip_rule(monkeypatch: pytest.MonkeyPatch
     """verl 0.9.1's DAPO filter (V1 ``ReplayBuffer`` with ``algorithm.filter_groups``,
     metric ``reward``) against the core's skip rule, group by group: they agree on 0/1,
     ±1 and distinct graded rewards, and differ on a tie within the tolerance, a group of
-    one and a NaN reward (verl keeps all three, the estimator skips them). The reason
-    ``resample`` is refused (with verl's uncapped rounds); this test says when it changes."""
+    one and a NaN reward (verl keeps all three, the estimator skips them). Why resample
+    brings its own rule; this test says when verl's changes. Ours follows the core."""
     pytest.importorskip("transfer_queue")
     import transfer_queue as tq
 
     from advbudget.adapters.verl import compute_result
-    from advbudget.adapters.verl._skipped import RESAMPLE_REFUSED
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -519,4 +542,126 @@ def test_verls_group_filter_is_not_the_skip_rule(monkeypatch: pytest.MonkeyPatch
 
     assert verl_filtered == {"allright", "allwrong"}
     assert skipped == {"allright", "allwrong", "neartie", "single", "nan"}
-    assert "exactly equal (std == 0; a group of one is kept)" in RESAMPLE_REFUSED
+
+    ours = _sampler(train_batch_size=len(groups))
+    ours.partitions["train"] = {key: {} for key in rewards}
+    ours.finished_keys["train"] = set(groups)
+    filtered, counts = ours._dapo_filtered_keys("train")
+    assert filtered == skipped
+    assert counts == {1.0: 3, -1.0: 1, 0.5: 1}  # each evicted group's first reward
+
+
+def _sampler(train_batch_size: int, max_generation_batches: int = 10, **algorithm: Any) -> Any:
+    """Our sampler as verl's trainer builds a custom one (``_build_replay_buffer``)."""
+    from advbudget.adapters.verl import _resample
+
+    settings = {
+        "estimator": "reward_budget",
+        "algorithm": {"advbudget": {"nan_policy": "omit", **algorithm}},
+        "train_batch_size": train_batch_size,
+        "max_generation_batches": max_generation_batches,
+    }
+    refills: list[int] = []
+    sampler = _resample.SkipRuleReplayBuffer(
+        trainer_mode="sync",
+        trainer_config={},
+        max_off_policy_threshold=None,
+        max_off_policy_strategy="drop",
+        sampler_kwargs={"advbudget": settings},
+        refill_fn=refills.append,
+    )
+    sampler.refills = refills
+    return sampler
+
+
+def test_resample_maps_onto_verls_trainer_and_replay_buffer(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The composed verl config with resample passes our check and verl's validation; our
+    trainer points it at our sampler, which verl's own ``_build_replay_buffer`` then builds
+    with its DAPO gating on and our settings."""
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    from advbudget.adapters.verl.check_config import compose_config, validate
+
+    trainer_class = _trainer_class()
+    config = compose_config(
+        [
+            "algorithm.adv_estimator=reward_budget",
+            "trainer.use_v1=true",
+            "trainer.v1.trainer_mode=advbudget_sync",
+            "actor_rollout_ref.actor.use_dynamic_bsz=true",
+            "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true",
+            "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=true",
+            "actor_rollout_ref.rollout.n=4",
+            "data.train_batch_size=6",
+            "+algorithm.advbudget.skipped_groups=resample",
+            "+algorithm.advbudget.max_generation_batches=3",
+            "+algorithm.advbudget.tie_atol=0.01",
+        ]
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        validate(config)
+    seen = []
+    monkeypatch.setattr(PPOTrainer, "__init__", lambda self, config: seen.append(config))
+    trainer = trainer_class(config)
+    assert "at most 3 generation rounds a step" in capsys.readouterr().out
+    (mapped,) = seen
+    assert (
+        mapped.trainer.v1.sampler.custom_sampler.path == "pkg://advbudget.adapters.verl._resample"
+    )
+    trainer.config, trainer.trainer_mode = mapped, "sync"
+    trainer._add_prompts_to_generate = lambda count: count
+    buffer = trainer._build_replay_buffer()
+    assert isinstance(buffer, ReplayBuffer)
+    assert buffer.filter_groups_metric == "reward"
+    assert (buffer.train_batch_size, buffer.gen_batch_size) == (6, 1)
+    settings = buffer._advbudget
+    assert settings["max_generation_batches"] == 3
+    assert settings["algorithm"]["advbudget"]["tie_atol"] == 0.01
+
+
+def test_resample_caps_the_rounds_and_logs_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Refills count as generation; once the step's prompts reach max_generation_batches
+    train batches nothing more is evicted, and the step says how many skipped groups it
+    trains on. ``advbudget/generation_batches``: 1 + refilled prompts / batch, rounded up."""
+    pytest.importorskip("transfer_queue")
+    import transfer_queue as tq
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+
+    rewards = {"a_0_0": 1.0, "a_0_1": 1.0, "b_0_0": 0.0, "b_0_1": 1.0}
+    monkeypatch.setattr(
+        tq,
+        "kv_batch_get",
+        lambda keys, partition_id, select_fields: {
+            "rm_scores": [torch.tensor([rewards[k]]) for k in keys]
+        },
+    )
+    sampler = _sampler(train_batch_size=2, max_generation_batches=2)
+    sampler.partitions["train"] = {key: {} for key in rewards}
+    sampler.finished_keys["train"] = {"a", "b"}
+    assert sampler._dapo_filtered_keys("train")[0] == {"a"}  # round 1: a is replaced
+    sampler.refill_fn(1)
+    assert sampler.refills == [1]
+    assert sampler._dapo_filtered_keys("train")[0] == {"a"}
+    sampler.refill_fn(1)  # 2 prompts refilled: round 2 of 2
+    assert sampler._dapo_filtered_keys("train") == (set(), {})
+    assert sampler._capped
+
+    class Batch:
+        keys = ["a_0_0", "a_0_1", "b_0_0", "b_0_1"]  # noqa: RUF012
+
+    def verl_sample(self: Any, global_steps: int, partition_id: str, batch_size: int) -> Any:
+        self.refill_fn(3)  # what verl's loop refills while groups are evicted
+        self._dapo_filtered_keys(partition_id)
+        return Batch(), {"train/filter_groups/evicted_samples": 2}
+
+    monkeypatch.setattr(ReplayBuffer, "sample", verl_sample)
+    with pytest.warns(
+        RuntimeWarning, match=r"step 7 reached max_generation_batches=2 \(3 rounds\): 1 of 2 groups"
+    ):
+        _, metrics = sampler.sample(7, "train", 2)
+    assert metrics["advbudget/generation_batches"] == 3.0
+    assert metrics["train/filter_groups/evicted_samples"] == 2
