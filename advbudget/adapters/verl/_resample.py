@@ -10,9 +10,10 @@ buffer, plugged in as verl's custom sampler (``trainer.v1.sampler.custom_sampler
 two changes: a group is evicted exactly when the estimator would skip it (the core's rule:
 ties within ``tie_rtol``/``tie_atol``, groups of one, NaN rewards under
 ``nan_policy=omit``), and once the step's prompts reach ``max_generation_batches`` train
-batches nothing more is evicted: the step trains on what it has (its skipped groups keep
-advantage 0), with a warning naming the counts. ``advbudget/generation_batches`` logs the
-rounds each step took (prompts generated / ``data.train_batch_size``, rounded up).
+batches nothing more is evicted: the step trains on what it has (kept groups first; its
+skipped groups keep advantage 0), with a warning naming the counts.
+``advbudget/generation_batches`` logs the rounds each step took (prompts generated /
+``data.train_batch_size``, rounded up).
 """
 
 from __future__ import annotations
@@ -153,6 +154,18 @@ def _make_sampler(base: type) -> type:
                 self._capped = True  # the step trains on what it has
                 return set(), Counter()
             return set(filtered), Counter(filtered.values())
+
+        def _select_prompt_uids(
+            self, partition_id: str, sampleable_keys: set[str], batch_size: int
+        ) -> Any:
+            # After the cap, skipped groups are sampleable: take kept ones first (the rest
+            # is verl's discarded surplus).
+            if self._capped and partition_id != "val":
+                cache = self._dapo_classification_cache[partition_id]
+                kept = {uid for uid in sampleable_keys if cache.get(uid) is None}
+                if len(kept) >= batch_size:
+                    sampleable_keys = kept
+            return super()._select_prompt_uids(partition_id, sampleable_keys, batch_size)
 
         def sample(self, global_steps: int, partition_id: str, batch_size: int) -> Any:
             if partition_id == "val":

@@ -27,7 +27,8 @@ Three runs (module fixtures, ~1-3 min each on 2 cores) cover it all:
   2-8 rows must be 8), κ_eff every step;
 - E: the V1 trainer with ``skipped_groups=drop``, ``seq-mean-token-mean``, 1 rank, and a
   reward with dead prompts (``dead_prompts``: step 1 has half its groups skipped, step 2
-  all of them, with the sample's order).
+  all of them, with the sample's order);
+- F: E's reward with ``skipped_groups=resample`` and ``max_generation_batches=3``.
 """
 
 from __future__ import annotations
@@ -233,6 +234,21 @@ def run_e(base: Path) -> Run:
     )
 
 
+@pytest.fixture(scope="module")
+def run_f(base: Path) -> Run:
+    """V1, reward_budget, skipped_groups=resample (3 rounds at most), dead prompts."""
+    return run_example(
+        base,
+        "f",
+        "+algorithm.advbudget.skipped_groups=resample",
+        "+algorithm.advbudget.max_generation_batches=3",
+        "+reward.custom_reward_function.reward_kwargs.dead_prompts=true",
+        "trainer.save_freq=-1",
+        RUN_NAME="tiny-qwen3_v1_resample",
+        TOTAL_STEPS="2",
+    )
+
+
 def advbudget_keys() -> set[str]:
     """The ``advbudget/*`` metrics the trainer mode logs every step (a batch with both
     kinds of group; no reward_failures: the reward is not advbudget's grader)."""
@@ -359,3 +375,24 @@ def test_e_drop_in_the_real_loop(run_e: Run) -> None:
     assert step_2["advbudget/valid_fraction"] == 0, step_2
     assert step_2["advbudget/actor_update_skipped"] == 1, step_2
     assert "actor/grad_norm" not in step_2, step_2
+
+
+def test_f_resample_in_the_real_loop(run_f: Run) -> None:
+    """resample through verl's own replay-buffer loop and custom-sampler hook: dead groups
+    are evicted and refilled (verl's counter), the rounds are logged and capped, and a
+    step that reaches the cap says so and trains on fewer skipped groups than it drew."""
+    run_f.check()
+    assert sorted(run_f.steps) == [1, 2], run_f.tail()
+    assert "skipped_groups=resample: verl's replay buffer replaces the groups reward_budget" in (
+        run_f.console
+    )
+    for step, metrics in run_f.steps.items():
+        assert metrics["training/filter_groups/evicted_samples"] > 0, (step, metrics)
+        rounds = metrics["advbudget/generation_batches"]
+        assert 1 < rounds <= 3 + 1, (step, metrics)  # verl refills up to a batch past it
+        if rounds >= 3:
+            assert f"step {step} reached max_generation_batches=3" in run_f.console or (
+                metrics["advbudget/skipped_group_fraction"] == 0
+            ), (step, metrics)
+        assert metrics["advbudget/skipped_group_fraction"] < 0.5, (step, metrics)
+        assert metrics["actor/grad_norm"] > 0

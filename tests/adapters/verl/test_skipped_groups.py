@@ -665,3 +665,18 @@ def test_resample_caps_the_rounds_and_logs_them(monkeypatch: pytest.MonkeyPatch)
         _, metrics = sampler.sample(7, "train", 2)
     assert metrics["advbudget/generation_batches"] == 3.0
     assert metrics["train/filter_groups/evicted_samples"] == 2
+
+
+def test_after_the_cap_kept_groups_are_taken_first() -> None:
+    """Past the cap the skipped groups are sampleable; verl's selection (oldest first) gets
+    the kept ones first while there are enough, and all of them otherwise."""
+    pytest.importorskip("transfer_queue")
+    sampler = _sampler(train_batch_size=2)
+    cache = sampler._dapo_classification_cache["train"]
+    cache.update({"dead": 1.0, "x": None, "y": None})
+    sampler.prompt_global_steps["train"].update({"dead": 0, "x": 1, "y": 1})
+    sampleable = {"dead", "x", "y"}
+    assert sampler._select_prompt_uids("train", sampleable, 2)[0] == ["dead", "x"]  # not capped
+    sampler._capped = True
+    assert sorted(sampler._select_prompt_uids("train", sampleable, 2)[0]) == ["x", "y"]
+    assert sampler._select_prompt_uids("train", sampleable, 3)[0][0] == "dead"
