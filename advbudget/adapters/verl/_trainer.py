@@ -28,11 +28,13 @@ msgspec``); :func:`register_trainers` returns ``[]`` without it.
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
+import os
 import warnings
 from typing import Any
 
-from advbudget.metrics import advantage_metric_dict
+from advbudget.metrics import PromptLedger, advantage_metric_dict
 
 from ._estimators import VERL, option
 from ._metrics import METRIC_PREFIX, batch_result, metrics_estimator, solved_reward
@@ -87,6 +89,7 @@ def _make_trainer(base: type, base_mode: str) -> type:
         # actor update (keys of the batch); set per instance in __init__.
         _advbudget_skipped_groups = "keep"
         _advbudget_dropped: list[Any] = []  # noqa: RUF012 (replaced, never mutated)
+        _advbudget_ledger: PromptLedger | None = None
 
         def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
             from omegaconf import open_dict
@@ -120,12 +123,57 @@ def _make_trainer(base: type, base_mode: str) -> type:
                 metrics.update(
                     _defined(advantage_metric_dict(result, METRIC_PREFIX, solved_reward=reward))
                 )
+                if reward is not None:
+                    metrics.update(_defined(self._update_ledger(batch, result, reward)))
             if self._advbudget_skipped_groups == "drop" and result is not None:
                 real = [i for i, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
                 skipped = [i for i, kept in enumerate(result.valid.tolist()) if not kept]
                 self._advbudget_dropped = [batch.keys[real[i]] for i in skipped]
             metrics.update(_reward_fault_counts(batch))
             return batch
+
+        def _update_ledger(self, batch: Any, result: Any, reward: float) -> dict[str, float]:
+            """The per-prompt ledger (never/always-solved recurring prompts) after this
+            batch; kept with verl's checkpoints (:data:`LEDGER_FILE`)."""
+            from advbudget.metrics import group_outcomes
+
+            identities = _prompt_identities(batch)
+            if identities is None:
+                return {}
+            if self._advbudget_ledger is None:
+                self._advbudget_ledger = PromptLedger()
+            first: dict[int, Any] = {}
+            for row, group in enumerate(result.group_index.tolist()):
+                first.setdefault(group, identities[row])
+            prompts = [first[group] for group in range(len(first))]
+            self._advbudget_ledger.update(prompts, group_outcomes(result, reward))
+            return {f"{METRIC_PREFIX}{k}": v for k, v in self._advbudget_ledger.metrics().items()}
+
+        def _save_checkpoint(self) -> Any:
+            out = super()._save_checkpoint()
+            if self._advbudget_ledger is not None:
+                folder = _step_folder(self.config.trainer.default_local_dir, self.global_steps)
+                os.makedirs(folder, exist_ok=True)
+                with open(os.path.join(folder, LEDGER_FILE), "w", encoding="utf-8") as file:
+                    json.dump(self._advbudget_ledger.state_dict(), file)
+            return out
+
+        def _load_checkpoint(self) -> Any:
+            out = super()._load_checkpoint()
+            trainer = self.config.trainer
+            if self.global_steps > 0:  # resumed
+                folder = (
+                    _step_folder(trainer.resume_from_path, None)
+                    if trainer.get("resume_mode") == "resume_path"
+                    else _step_folder(trainer.default_local_dir, self.global_steps)
+                )
+                path = os.path.join(folder, LEDGER_FILE)
+                if os.path.exists(path):
+                    with open(path, encoding="utf-8") as file:
+                        ledger = PromptLedger()
+                        ledger.load_state_dict(json.load(file))
+                    self._advbudget_ledger = ledger
+            return out
 
         def _update_actor(self, batch: Any, metrics: dict[str, Any]) -> Any:
             if self._advbudget_skipped_groups == "drop":
@@ -200,6 +248,40 @@ def _use_resample_sampler(config: Any) -> str:
         f"{estimator} skips, at most {settings['max_generation_batches']} generation rounds "
         "a step (advbudget/generation_batches)"
     )
+
+
+#: The ledger's file in each ``global_step_N`` folder verl writes.
+LEDGER_FILE = "advbudget_ledger.json"
+
+
+def _step_folder(path: str, step: int | None) -> str:
+    """verl's ``global_step_N`` folder (``path`` itself when ``step`` is None), absolute
+    against the working directory as verl resolves it."""
+    folder = path if step is None else os.path.join(path, f"global_step_{step}")
+    return folder if os.path.isabs(folder) else os.path.join(os.getcwd(), folder)
+
+
+def _prompt_identities(batch: Any) -> list[Any] | None:
+    """A stable prompt identity per real row of ``batch``: verl's dataset ``index`` (from
+    ``extra_info.index``) when TransferQueue has it, else the prompt's token ids (unpadded,
+    hashed by :func:`~advbudget.metrics.prompt_key`)."""
+    import numpy as np
+    import transfer_queue as tq
+
+    real = [i for i, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
+    keys = [batch.keys[i] for i in real]
+    get = tq.kv_batch_get
+    try:
+        values = get(keys=keys, partition_id=batch.partition_id, select_fields=["index"])["index"]
+        values = values.tolist() if hasattr(values, "tolist") else list(values)
+        return [int(v) for v in values]
+    except Exception:  # no dataset index in this batch: the prompt itself
+        pass
+    try:
+        rows = get(keys=keys, partition_id=batch.partition_id, select_fields=["prompts"])["prompts"]
+        return [np.asarray(row, dtype=np.int64).tobytes() for row in rows.unbind()]
+    except Exception:  # neither (another rollout path): no ledger
+        return None
 
 
 MASK_FIELDS = ["response_mask", "loss_mask"]

@@ -674,7 +674,7 @@ def test_after_the_cap_kept_groups_are_taken_first() -> None:
     sampler = _sampler(train_batch_size=2)
     cache = sampler._dapo_classification_cache["train"]
     cache.update({"dead": 1.0, "x": None, "y": None})
-    sampler.prompt_global_steps["train"].update({"dead": 0, "x": 1, "y": 1})
+    sampler.prompt_global_steps["train"].update({"dead": 0, "x": 1, "y": 2})
     sampleable = {"dead", "x", "y"}
     assert sampler._select_prompt_uids("train", sampleable, 2)[0] == ["dead", "x"]  # not capped
     sampler._capped = True
