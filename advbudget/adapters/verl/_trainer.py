@@ -15,6 +15,10 @@ Select one with ``trainer.v1.trainer_mode=advbudget_sync`` (or ``advbudget_coloc
   to what the actor's workers accept: see :func:`kappa_rows`). Cost: about 2/G of verl's
   own ``old_log_prob`` step (no backward, no rollout) when it runs.
 
+- the per-prompt ledger (``advbudget/never_solved_prompt_fraction``,
+  ``always_solved_prompt_fraction``, ``recurring_prompts``), kept in ``LEDGER_FILE`` beside
+  each checkpoint.
+
 With ``+algorithm.advbudget.skipped_groups=drop`` the skipped rows leave verl's actor
 update and its normalisers (:mod:`advbudget.adapters.verl._skipped`).
 

@@ -371,6 +371,7 @@ def test_e_drop_in_the_real_loop(run_e: Run) -> None:
     assert step_1["actor/grad_norm"] > 0
     for metrics in run_e.steps.values():
         assert metrics["response_length/min"] > 0, metrics
+        assert metrics["advbudget/recurring_prompts"] == 0  # the ledger: 2 steps, no repeat
     assert step_1["advbudget/actor_update_skipped"] == 0
     assert step_2["advbudget/valid_fraction"] == 0, step_2
     assert step_2["advbudget/actor_update_skipped"] == 1, step_2
