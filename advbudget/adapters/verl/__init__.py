@@ -33,6 +33,7 @@ from ._estimators import (
     report_failure,
 )
 from ._metrics import METRIC_PREFIX, batch_metrics
+from ._skipped import install_kept_row_count
 from ._trainer import register_trainers
 
 __all__ = [
@@ -63,3 +64,13 @@ if importlib.util.find_spec("verl") is not None:
                 register_trainers()
         except Exception as error:
             report_failure(error, what="the verl metrics trainers (trainer.v1.trainer_mode)")
+    # skipped_groups=drop's sequence count runs in the actor's workers, which import this
+    # module through the same hooks; a no-op for every batch without drop's flag.
+    try:
+        install_kept_row_count()
+    except Exception as error:
+        report_failure(
+            error,
+            what="skipped_groups=drop's sequence count (verl's TrainingWorker)",
+            consequence="With drop, seq-mean-* losses keep verl's constant row count.",
+        )

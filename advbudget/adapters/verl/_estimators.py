@@ -25,6 +25,9 @@ line, e.g. ``+algorithm.advbudget.budget=0.5``):
 - ``advbudget.solved_reward`` (metrics only, default 1.0): a response whose sequence reward
   reaches it (within the tie tolerance) is solved, for ``advbudget/unsolved_group_fraction``
   and ``advbudget/solved_group_fraction``; ``null`` leaves the two keys out;
+- ``advbudget.skipped_groups`` (``keep``, default; ``drop`` or ``resample`` with the
+  ``advbudget_*`` trainers) and ``advbudget.max_generation_batches`` (resample's cap, default
+  10): see :mod:`advbudget.adapters.verl._skipped` and :mod:`advbudget.adapters.verl._resample`;
 - ``norm_adv_by_std_in_grpo`` (verl's own, default True): ``advbudget_grpo`` divides by the
   group std only when it is True; False gives Dr.GRPO's ``r - mean``, as verl's ``grpo``.
 
@@ -217,9 +220,9 @@ def _on_new_estimator(spec: EstimatorSpec) -> None:
         _register_with_verl(VERL.name_of(name))
 
 
-def report_failure(error: BaseException, what: str = "") -> None:
+def report_failure(error: BaseException, what: str = "", consequence: str = "") -> None:
     """Say loudly on stderr that registration failed (verl hides plugin import errors)."""
-    consequence = (
+    consequence = consequence or (
         "verl will later report 'Unknown advantage estimator' for advbudget_* and reward_budget."
         if not what
         else "The advantage estimators are registered; the metrics trainers are not."

@@ -80,14 +80,23 @@ def batch_metrics(data: Any, config: Any, *, estimator: str | None = None) -> di
         config: verl's ``config.algorithm``.
         estimator: a verl name of ours (``advbudget_grpo``, ...), to override the config.
     """
+    result = batch_result(data, config, estimator=estimator)
+    if result is None:
+        return {}
+    return advantage_metric_dict(result, METRIC_PREFIX, solved_reward=solved_reward(config))
+
+
+def batch_result(data: Any, config: Any, *, estimator: str | None = None) -> Any:
+    """The core's :class:`~advbudget.core.AdvantageResult` of a verl ``DataProto`` as
+    :func:`batch_metrics` sees it (its ``valid`` marks the rows ``drop`` keeps); None for
+    an estimator that is not a group estimator."""
     name = estimator or metrics_estimator(config)
     if name is None:
-        return {}
+        return None
     fields = data.batch.keys()  # TensorDict refuses `in` on itself
     mask = data.batch["response_mask"] if "response_mask" in fields else None  # response_lengths
     rewards, uids = data.batch["token_level_rewards"], data.non_tensor_batch["uid"]
-    result = compute_result(name, rewards, uids, config, response_mask=mask)
-    return advantage_metric_dict(result, METRIC_PREFIX, solved_reward=solved_reward(config))
+    return compute_result(name, rewards, uids, config, response_mask=mask)
 
 
 def kappa_metrics(

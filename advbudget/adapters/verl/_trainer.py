@@ -15,6 +15,13 @@ Select one with ``trainer.v1.trainer_mode=advbudget_sync`` (or ``advbudget_coloc
   to what the actor's workers accept: see :func:`kappa_rows`). Cost: about 2/G of verl's
   own ``old_log_prob`` step (no backward, no rollout) when it runs.
 
+- the per-prompt ledger (``advbudget/never_solved_prompt_fraction``,
+  ``always_solved_prompt_fraction``, ``recurring_prompts``), kept in ``LEDGER_FILE`` beside
+  each checkpoint.
+
+With ``+algorithm.advbudget.skipped_groups=drop`` the skipped rows leave verl's actor
+update and its normalisers (:mod:`advbudget.adapters.verl._skipped`).
+
 verl's base class branches on the literal mode name (``self.trainer_mode == "sync"``), so
 these trainers hand verl the base mode's name (``sync``, ...) and are found under their own.
 
@@ -25,12 +32,17 @@ msgspec``); :func:`register_trainers` returns ``[]`` without it.
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
+import os
 import warnings
 from typing import Any
 
+from advbudget.metrics import PromptLedger, advantage_metric_dict
+
 from ._estimators import VERL, option
-from ._metrics import batch_metrics, metrics_estimator, solved_reward
+from ._metrics import METRIC_PREFIX, batch_result, metrics_estimator, solved_reward
+from ._skipped import DROP_FLAG, check_options, drop_rule
 
 # Our mode name -> (module, class, verl's mode name) of the verl trainer it extends.
 BASE_TRAINERS = {
@@ -77,13 +89,27 @@ def register_trainers() -> list[str]:
 
 def _make_trainer(base: type, base_mode: str) -> type:
     class Trainer(base):  # type: ignore[misc]
+        # +algorithm.advbudget.skipped_groups, and the rows drop leaves out of this step's
+        # actor update (keys of the batch); set per instance in __init__.
+        _advbudget_skipped_groups = "keep"
+        _advbudget_dropped: list[Any] = []  # noqa: RUF012 (replaced, never mutated)
+        _advbudget_ledger: PromptLedger | None = None
+
         def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
             from omegaconf import open_dict
 
-            # A bad solved_reward fails here, before any model loads.
+            # Bad options fail here, before any model loads.
             solved_reward(option(config, "algorithm", None))
+            mode = str(option(config, "trainer.v1.trainer_mode", ""))
+            self._advbudget_skipped_groups = check_options(config, trainer_mode=mode)
+            self._advbudget_dropped = []
+            if self._advbudget_skipped_groups == "drop":
+                actor = config.actor_rollout_ref.actor
+                print(drop_rule(actor.loss_agg_mode, actor.get("loss_scale_factor")), flush=True)
             with open_dict(config):
                 config.trainer.v1.trainer_mode = base_mode
+                if self._advbudget_skipped_groups == "resample":
+                    print(_use_resample_sampler(config), flush=True)
             super().__init__(config, *args, **kwargs)
 
         def _compute_advantage(self, batch: Any, metrics: dict[str, Any]) -> Any:
@@ -94,12 +120,70 @@ def _make_trainer(base: type, base_mode: str) -> type:
             field = "token_level_rewards" if kl_in_reward else "rm_scores"
             data = _fetch_dataproto(batch, ["uid", field, "response_mask"])
             data.batch["token_level_rewards"] = data.batch[field]
-            metrics.update(_defined(batch_metrics(data, self.config.algorithm)))
+            config = self.config.algorithm
+            result = batch_result(data, config)
+            if result is not None:
+                reward = solved_reward(config)
+                metrics.update(
+                    _defined(advantage_metric_dict(result, METRIC_PREFIX, solved_reward=reward))
+                )
+                if reward is not None:
+                    metrics.update(_defined(self._update_ledger(batch, result, reward)))
+            if self._advbudget_skipped_groups == "drop" and result is not None:
+                real = [i for i, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
+                skipped = [i for i, kept in enumerate(result.valid.tolist()) if not kept]
+                self._advbudget_dropped = [batch.keys[real[i]] for i in skipped]
             metrics.update(_reward_fault_counts(batch))
             return batch
 
+        def _update_ledger(self, batch: Any, result: Any, reward: float) -> dict[str, float]:
+            """The per-prompt ledger (never/always-solved recurring prompts) after this
+            batch; kept with verl's checkpoints (:data:`LEDGER_FILE`)."""
+            from advbudget.metrics import group_outcomes
+
+            identities = _prompt_identities(batch)
+            if identities is None:
+                return {}
+            if self._advbudget_ledger is None:
+                self._advbudget_ledger = PromptLedger()
+            first: dict[int, Any] = {}
+            for row, group in enumerate(result.group_index.tolist()):
+                first.setdefault(group, identities[row])
+            prompts = [first[group] for group in range(len(first))]
+            self._advbudget_ledger.update(prompts, group_outcomes(result, reward))
+            return {f"{METRIC_PREFIX}{k}": v for k, v in self._advbudget_ledger.metrics().items()}
+
+        def _save_checkpoint(self) -> Any:
+            out = super()._save_checkpoint()
+            if self._advbudget_ledger is not None:
+                folder = _step_folder(self.config.trainer.default_local_dir, self.global_steps)
+                os.makedirs(folder, exist_ok=True)
+                with open(os.path.join(folder, LEDGER_FILE), "w", encoding="utf-8") as file:
+                    json.dump(self._advbudget_ledger.state_dict(), file)
+            return out
+
+        def _load_checkpoint(self) -> Any:
+            out = super()._load_checkpoint()
+            trainer = self.config.trainer
+            if self.global_steps > 0:  # resumed
+                folder = (
+                    _step_folder(trainer.resume_from_path, None)
+                    if trainer.get("resume_mode") == "resume_path"
+                    else _step_folder(trainer.default_local_dir, self.global_steps)
+                )
+                path = os.path.join(folder, LEDGER_FILE)
+                if os.path.exists(path):
+                    with open(path, encoding="utf-8") as file:
+                        ledger = PromptLedger()
+                        ledger.load_state_dict(json.load(file))
+                    self._advbudget_ledger = ledger
+            return out
+
         def _update_actor(self, batch: Any, metrics: dict[str, Any]) -> Any:
-            batch = super()._update_actor(batch, metrics=metrics)
+            if self._advbudget_skipped_groups == "drop":
+                batch = _update_without(self, batch, metrics)
+            else:
+                batch = super()._update_actor(batch, metrics=metrics)
             config = self.config.algorithm
             every = int(option(config, "advbudget.kappa_every", DEFAULT_KAPPA_EVERY))
             if every > 0 and self.global_steps % every == 0:
@@ -124,9 +208,107 @@ def _make_trainer(base: type, base_mode: str) -> type:
                 )
                 return {}
 
+    def _update_without(trainer: Any, batch: Any, metrics: dict[str, Any]) -> Any:
+        """verl's actor update with the dropped rows' masks zeroed and :data:`DROP_FLAG`
+        set (the kept-row count of :func:`install_kept_row_count`); the masks are put back
+        after it, for verl's metrics and κ_eff. A step whose every response is dropped
+        has nothing to train on: verl's update is not run (its optimizer would still move
+        the weights with Adam's momentum on a zero gradient, or skip a NaN one)."""
+        dropped, trainer._advbudget_dropped = trainer._advbudget_dropped, []
+        real = sum(not tag.get("is_padding", False) for tag in batch.tags)
+        metrics[f"{METRIC_PREFIX}actor_update_skipped"] = float(
+            bool(dropped) and len(dropped) == real
+        )
+        if metrics[f"{METRIC_PREFIX}actor_update_skipped"]:
+            return batch
+        saved = _zero_masks(batch, dropped)
+        batch.extra_info[DROP_FLAG] = "drop"
+        try:
+            return base._update_actor(trainer, batch, metrics=metrics)  # type: ignore[attr-defined]
+        finally:
+            batch.extra_info.pop(DROP_FLAG, None)
+            if saved is not None:
+                _put_fields(batch, dropped, saved)
+
     Trainer.__name__ = Trainer.__qualname__ = f"AdvbudgetMetrics_{base_mode}"
     Trainer.__doc__ = f"verl's ``{base_mode}`` trainer plus advbudget's metrics and κ_eff."
     return Trainer
+
+
+def _use_resample_sampler(config: Any) -> str:
+    """Point verl's V1 trainer at :mod:`._resample`'s replay buffer (``config`` open);
+    returns the start-up line saying so."""
+    from ._resample import SAMPLER_NAME, SAMPLER_PATH, sampler_settings
+    from ._skipped import max_generation_batches
+
+    estimator = metrics_estimator(config.algorithm)
+    assert estimator is not None  # check_options refused it
+    settings = sampler_settings(config, estimator, max_generation_batches(config.algorithm))
+    sampler = config.trainer.v1.sampler
+    sampler.custom_sampler = {"path": SAMPLER_PATH, "name": SAMPLER_NAME}
+    sampler.sampler_kwargs = {**(sampler.get("sampler_kwargs") or {}), "advbudget": settings}
+    return (
+        f"advbudget: skipped_groups=resample: verl's replay buffer replaces the groups "
+        f"{estimator} skips, at most {settings['max_generation_batches']} generation rounds "
+        "a step (advbudget/generation_batches)"
+    )
+
+
+#: The ledger's file in each ``global_step_N`` folder verl writes.
+LEDGER_FILE = "advbudget_ledger.json"
+
+
+def _step_folder(path: str, step: int | None) -> str:
+    """verl's ``global_step_N`` folder (``path`` itself when ``step`` is None), absolute
+    against the working directory as verl resolves it."""
+    folder = path if step is None else os.path.join(path, f"global_step_{step}")
+    return folder if os.path.isabs(folder) else os.path.join(os.getcwd(), folder)
+
+
+def _prompt_identities(batch: Any) -> list[Any] | None:
+    """A stable prompt identity per real row of ``batch``: verl's dataset ``index`` (from
+    ``extra_info.index``) when TransferQueue has it, else the prompt's token ids (unpadded,
+    hashed by :func:`~advbudget.metrics.prompt_key`)."""
+    import numpy as np
+    import transfer_queue as tq
+
+    real = [i for i, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
+    keys = [batch.keys[i] for i in real]
+    get = tq.kv_batch_get
+    try:
+        values = get(keys=keys, partition_id=batch.partition_id, select_fields=["index"])["index"]
+        values = values.tolist() if hasattr(values, "tolist") else list(values)
+        return [int(v) for v in values]
+    except Exception:  # no dataset index in this batch: the prompt itself
+        pass
+    try:
+        rows = get(keys=keys, partition_id=batch.partition_id, select_fields=["prompts"])["prompts"]
+        return [np.asarray(row, dtype=np.int64).tobytes() for row in rows.unbind()]
+    except Exception:  # neither (another rollout path): no ledger
+        return None
+
+
+MASK_FIELDS = ["response_mask", "loss_mask"]
+
+
+def _zero_masks(batch: Any, keys: list[Any]) -> Any:
+    """Zero the ``response_mask`` and ``loss_mask`` of the rows ``keys`` of ``batch`` in
+    TransferQueue (the actor's workers read both); returns their old values, or None."""
+    if not keys:
+        return None
+    import torch
+    import transfer_queue as tq
+
+    old = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=MASK_FIELDS)
+    zeros = old.apply(torch.zeros_like)
+    _put_fields(batch, keys, zeros)
+    return old
+
+
+def _put_fields(batch: Any, keys: list[Any], fields: Any) -> None:
+    import transfer_queue as tq
+
+    tq.kv_batch_put(keys=keys, partition_id=batch.partition_id, fields=fields)
 
 
 def _defined(metrics: dict[str, float]) -> dict[str, float]:

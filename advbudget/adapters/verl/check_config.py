@@ -38,9 +38,12 @@ def validate(config: Any) -> None:
 
     import advbudget.adapters.verl as adapter
     from advbudget.adapters.verl._metrics import solved_reward
+    from advbudget.adapters.verl._skipped import check_options
 
     adapter.register_estimators()
     solved_reward(config.algorithm)  # +algorithm.advbudget.solved_reward: a number or null
+    mode = config.trainer.v1.trainer_mode if config.trainer.get("use_v1", False) else None
+    check_options(config, trainer_mode=mode)  # skipped_groups, max_generation_batches
     # First: verl takes an unknown estimator for one that needs a critic and fails later
     # on the critic's model path, far from the cause.
     estimator = config.algorithm.adv_estimator

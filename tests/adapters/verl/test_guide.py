@@ -83,3 +83,22 @@ def test_the_data_and_worker_lines_compose() -> None:
     hook = compose_config(_guide_block("VERL_USE_EXTERNAL_MODULES"))
     env = hook.ray_kwargs.ray_init.runtime_env.env_vars
     assert env.VERL_USE_EXTERNAL_MODULES == "advbudget.adapters.verl"
+
+
+def test_the_skipped_groups_block_composes_and_validates() -> None:
+    """The guide's drop line, with the switch: verl composes it and our check takes it."""
+    from advbudget.adapters.verl._skipped import skipped_groups
+    from advbudget.adapters.verl.check_config import validate
+
+    overrides = _guide_block("skipped_groups=drop")
+    config = compose_config(
+        [
+            *overrides,
+            "algorithm.adv_estimator=reward_budget",
+            "actor_rollout_ref.actor.use_dynamic_bsz=true",
+            "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true",
+            "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=true",
+        ]
+    )
+    validate(config)
+    assert skipped_groups(config.algorithm) == "drop"

@@ -24,7 +24,11 @@ Three runs (module fixtures, ~1-3 min each on 2 cores) cover it all:
   3 steps: κ_eff at step 3 only if the schedule reads the restored step;
 - C: verl's legacy trainer (``trainer.use_v1=False``) with ``advbudget_grpo``, 1 rank;
 - D: the V1 trainer with ``advbudget_grpo`` on 1 rank, fixed micro-batches of 8 (the pairs'
-  2-8 rows must be 8), κ_eff every step.
+  2-8 rows must be 8), κ_eff every step;
+- E: the V1 trainer with ``skipped_groups=drop``, ``seq-mean-token-mean``, 1 rank, and a
+  reward with dead prompts (``dead_prompts``: step 1 has half its groups skipped, step 2
+  all of them, with the sample's order);
+- F: E's reward with ``skipped_groups=resample`` and ``max_generation_batches=3``.
 """
 
 from __future__ import annotations
@@ -215,6 +219,36 @@ def run_d(base: Path) -> Run:
     )
 
 
+@pytest.fixture(scope="module")
+def run_e(base: Path) -> Run:
+    """V1, reward_budget, skipped_groups=drop, seq-mean-token-mean, dead prompts, 1 rank."""
+    return run_example(
+        base,
+        "e",
+        "+algorithm.advbudget.skipped_groups=drop",
+        "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
+        "+reward.custom_reward_function.reward_kwargs.dead_prompts=true",
+        "trainer.save_freq=-1",
+        RUN_NAME="tiny-qwen3_v1_drop",
+        TOTAL_STEPS="2",
+    )
+
+
+@pytest.fixture(scope="module")
+def run_f(base: Path) -> Run:
+    """V1, reward_budget, skipped_groups=resample (3 rounds at most), dead prompts."""
+    return run_example(
+        base,
+        "f",
+        "+algorithm.advbudget.skipped_groups=resample",
+        "+algorithm.advbudget.max_generation_batches=3",
+        "+reward.custom_reward_function.reward_kwargs.dead_prompts=true",
+        "trainer.save_freq=-1",
+        RUN_NAME="tiny-qwen3_v1_resample",
+        TOTAL_STEPS="2",
+    )
+
+
 def advbudget_keys() -> set[str]:
     """The ``advbudget/*`` metrics the trainer mode logs every step (a batch with both
     kinds of group; no reward_failures: the reward is not advbudget's grader)."""
@@ -317,4 +351,49 @@ def test_d_v1_mirror_on_one_rank_logs_kappa_eff_every_step(run_d: Run) -> None:
         missing = advbudget_keys() - set(metrics)
         assert not missing, f"step {step} lacks {missing}"
         assert metrics["advbudget/kappa_eff/count"] > 0, (step, metrics)
+        assert metrics["actor/grad_norm"] > 0
+
+
+def test_e_drop_in_the_real_loop(run_e: Run) -> None:
+    """drop through TransferQueue and the actor's workers: the skipped rows' masks are
+    empty in the worker's mini-batch (its seq-mean row count says so), back for verl's
+    metrics after the update (no response of length 0), and a step with every group
+    skipped runs no actor update (keep would still train its KL and entropy terms)."""
+    run_e.check()
+    assert sorted(run_e.steps) == [1, 2], run_e.tail()
+    assert "skipped_groups=drop, loss_agg_mode=seq-mean-token-mean: skipped rows leave" in (
+        run_e.console
+    )
+    step_1, step_2 = run_e.steps[1], run_e.steps[2]
+    assert 0 < step_1["advbudget/skipped_group_fraction"] < 1, step_1
+    kept = round(16 * step_1["advbudget/valid_fraction"])
+    assert f"rows with a non-empty loss_mask: {kept} of 16" in run_e.console, run_e.tail()
+    assert step_1["actor/grad_norm"] > 0
+    for metrics in run_e.steps.values():
+        assert metrics["response_length/min"] > 0, metrics
+        assert metrics["advbudget/recurring_prompts"] == 0  # the ledger: 2 steps, no repeat
+    assert step_1["advbudget/actor_update_skipped"] == 0
+    assert step_2["advbudget/valid_fraction"] == 0, step_2
+    assert step_2["advbudget/actor_update_skipped"] == 1, step_2
+    assert "actor/grad_norm" not in step_2, step_2
+
+
+def test_f_resample_in_the_real_loop(run_f: Run) -> None:
+    """resample through verl's own replay-buffer loop and custom-sampler hook: dead groups
+    are evicted and refilled (verl's counter), the rounds are logged and capped, and a
+    step that reaches the cap says so and trains on fewer skipped groups than it drew."""
+    run_f.check()
+    assert sorted(run_f.steps) == [1, 2], run_f.tail()
+    assert "skipped_groups=resample: verl's replay buffer replaces the groups reward_budget" in (
+        run_f.console
+    )
+    for step, metrics in run_f.steps.items():
+        assert metrics["training/filter_groups/evicted_samples"] > 0, (step, metrics)
+        rounds = metrics["advbudget/generation_batches"]
+        assert 1 < rounds <= 3 + 1, (step, metrics)  # verl refills up to a batch past it
+        if rounds >= 3:
+            assert f"step {step} reached max_generation_batches=3" in run_f.console or (
+                metrics["advbudget/skipped_group_fraction"] == 0
+            ), (step, metrics)
+        assert metrics["advbudget/skipped_group_fraction"] < 0.5, (step, metrics)
         assert metrics["actor/grad_norm"] > 0

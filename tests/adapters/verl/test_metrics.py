@@ -451,3 +451,89 @@ def test_which_estimator_describes_verls_own(adv_estimator: str, described_by: s
     from advbudget.adapters.verl._metrics import metrics_estimator
 
     assert metrics_estimator({"adv_estimator": adv_estimator}) == described_by
+
+
+@pytest.mark.parametrize("with_index", [True, False])
+def test_trainer_keeps_the_prompt_ledger_across_a_checkpoint(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any, with_index: bool
+) -> None:
+    """The ledger's three metrics after two epochs of three prompts (a never solved, b
+    always, c mixed), keyed by verl's dataset ``index`` or, without it, the prompt's token
+    ids; saved beside verl's checkpoint and restored on resume (verl's own save and load
+    need workers: they are replaced by what they do to the step counter)."""
+    pytest.importorskip("transfer_queue")
+    from omegaconf import OmegaConf
+    from tensordict import NonTensorStack, TensorDict
+
+    from advbudget.adapters.verl import register_trainers
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        register_trainers()
+        import transfer_queue as tq
+        from verl.trainer.ppo.v1 import get_trainer_cls
+        from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    uids = ["a", "a", "b", "b", "c", "c", "pad"]
+    scores = [0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.0]
+    rows: dict[str, list[Any]] = {
+        "rm_scores": [torch.tensor([0.0, s]) for s in scores],
+        "response_mask": [torch.ones(2) for _ in scores],
+        "prompts": [torch.tensor([7, ord(u[0]), 9][: 2 + (u == "c")]) for u in uids],
+    }
+    if with_index:
+        rows["index"] = [torch.tensor(i) for i in [10, 10, 11, 11, 12, 12, 0]]
+
+    def kv_batch_get(keys: list[str], partition_id: str, select_fields: list[str]) -> Any:
+        picked = [int(k[1:]) for k in keys]
+        out: dict[str, Any] = {}
+        for f in select_fields:
+            if f == "uid":
+                out[f] = NonTensorStack.from_list([uids[i] for i in picked])
+            elif f == "index":
+                out[f] = torch.stack([rows[f][i] for i in picked])
+            else:
+                out[f] = torch.nested.nested_tensor(
+                    [rows[f][i] for i in picked], layout=torch.jagged
+                )
+        return TensorDict(out, batch_size=len(picked))
+
+    monkeypatch.setattr(tq, "kv_batch_get", kv_batch_get)
+    monkeypatch.setattr(PPOTrainerSync, "_compute_advantage", lambda self, batch, metrics: batch)
+    monkeypatch.setattr(PPOTrainerSync, "_save_checkpoint", lambda self: None)
+    monkeypatch.setattr(PPOTrainerSync, "_load_checkpoint", lambda self: None)
+    config = OmegaConf.create(
+        {
+            "algorithm": algorithm_config("reward_budget"),
+            "trainer": {"default_local_dir": str(tmp_path), "resume_mode": "auto"},
+        }
+    )
+
+    def trainer() -> Any:
+        made = object.__new__(get_trainer_cls("advbudget_sync"))
+        made.config, made.global_steps = config, 0
+        return made
+
+    batch = FakeBatch([{"is_padding": False}] * 6 + [{"is_padding": True}])
+    first = trainer()
+    metrics: dict[str, float] = {}
+    first._compute_advantage(batch, metrics=metrics)
+    assert metrics["advbudget/recurring_prompts"] == 0
+    assert "advbudget/never_solved_prompt_fraction" not in metrics  # NaN: left out
+    first._compute_advantage(batch, metrics=metrics)
+    assert metrics["advbudget/recurring_prompts"] == 3
+    assert metrics["advbudget/never_solved_prompt_fraction"] == pytest.approx(1 / 3)
+    assert metrics["advbudget/always_solved_prompt_fraction"] == pytest.approx(1 / 3)
+    first.global_steps = 2
+    first._save_checkpoint()
+    assert (tmp_path / "global_step_2" / "advbudget_ledger.json").exists()
+
+    resumed = trainer()
+    monkeypatch.setattr(
+        PPOTrainerSync, "_load_checkpoint", lambda self: setattr(self, "global_steps", 2)
+    )
+    resumed._load_checkpoint()
+    assert resumed._advbudget_ledger.metrics() == first._advbudget_ledger.metrics()
+    fresh = trainer()
+    fresh._compute_advantage(batch, metrics=(after := {}))
+    assert after["advbudget/recurring_prompts"] == 0  # without the resume: a new ledger

@@ -16,6 +16,16 @@ _calls = itertools.count()
 
 
 def compute_score(
-    data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any = None, **_: Any
+    data_source: Any,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: Any = None,
+    dead_prompts: bool = False,
+    **_: Any,
 ) -> float:
+    """``dead_prompts`` (``+reward.custom_reward_function.reward_kwargs.dead_prompts=true``):
+    the problems whose answer has an even crc32 score 1 for every response (dead groups,
+    for ``skipped_groups=drop``)."""
+    if dead_prompts and zlib.crc32(str(ground_truth).encode()) % 2 == 0:
+        return 1.0
     return float(zlib.crc32(f"{next(_calls)}:{solution_str}".encode()) % 2)
