@@ -78,7 +78,7 @@ def configure(**options: Any) -> dict[str, Any]:
         >>> configure(budjet=0.5)
         Traceback (most recent call last):
         ...
-        ValueError: budjet: not an advbudget option in tunix (expected one of budget, ...), got budjet=0.5
+        ValueError: budjet: not an advbudget option in tunix (expected one of budget, ...=0.5
         >>> configure()
         {}
     """
