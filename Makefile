@@ -10,7 +10,7 @@ TORCH_PIN ?= torch==2.13.0
 TORCH_INDEX ?=
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo bench lint typecheck clean test-core test-verl test-trl test-openrlhf bench-verl bench-trl bench-openrlhf bench-rewards
+.PHONY: test demo bench lint typecheck clean test-core test-verl test-trl test-openrlhf test-tunix bench-verl bench-trl bench-openrlhf bench-rewards
 
 # $(call install_torch,DIR): torch from its pin, before anything that depends on it.
 define install_torch
@@ -48,7 +48,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-test: lint typecheck test-core test-verl test-trl test-openrlhf
+test: lint typecheck test-core test-verl test-trl test-openrlhf test-tunix
 
 test-core: $(STAMP)
 	ADVBUDGET_REQUIRE_BACKENDS=1 $(BIN)/python -m pytest -n 2
@@ -104,6 +104,21 @@ test-openrlhf: $(VENV_OPENRLHF)/.installed
 bench-openrlhf: $(VENV_OPENRLHF)/.installed
 	$(VENV_OPENRLHF)/bin/python benchmarks/openrlhf_adapter.py
 
+# tunix is JAX-only: no torch to pin (its environment would not use one), jax on CPU.
+VENV_TUNIX ?= .venv-tunix
+$(VENV_TUNIX)/.installed: pyproject.toml $(PLUGIN)/pyproject.toml
+	$(PYTHON) -m venv $(VENV_TUNIX)
+	$(VENV_TUNIX)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV_TUNIX)/bin/python -m pip install --quiet -e ".[tunix]" pytest hypothesis
+	$(VENV_TUNIX)/bin/python -m pip install --quiet --no-deps ./$(PLUGIN)
+	$(VENV_TUNIX)/bin/python -c "import importlib.util, sys; \
+	  sys.exit('$(VENV_TUNIX): torch got installed; the tunix environment should have none') \
+	  if importlib.util.find_spec('torch') else None"
+	touch $@
+
+test-tunix: $(VENV_TUNIX)/.installed
+	$(VENV_TUNIX)/bin/python -m pytest -q -p no:cacheprovider tests/adapters/tunix advbudget/adapters/tunix
+
 # The demo needs numpy and matplotlib only (the lab is numpy): its own small environment,
 # no torch, no test stack.
 VENV_DEMO ?= .venv-demo
@@ -131,4 +146,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/report.py
 
 clean:
-	rm -rf $(VENV) $(VENV_DEMO) $(VENV_VERL) $(VENV_TRL) $(VENV_OPENRLHF) .pytest_cache .mypy_cache .ruff_cache demo
+	rm -rf $(VENV) $(VENV_DEMO) $(VENV_VERL) $(VENV_TRL) $(VENV_OPENRLHF) $(VENV_TUNIX) .pytest_cache .mypy_cache .ruff_cache demo

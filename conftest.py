@@ -8,6 +8,8 @@ import importlib.util
 
 collect_ignore_glob = [
     f"advbudget/adapters/{framework}/*"
-    for framework in ("verl", "trl", "openrlhf")
+    for framework in ("verl", "trl", "openrlhf", "tunix")
     if importlib.util.find_spec(framework) is None
 ]
+if importlib.util.find_spec("tunix") is None:
+    collect_ignore_glob.append("advbudget/rewards/tunix.py")

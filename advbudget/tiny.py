@@ -49,8 +49,32 @@ def build_tiny_model(
         ('Qwen3ForCausalLM', '<|im_end|>')
     """
     import torch
+    from transformers import Qwen3ForCausalLM
+
+    output = build_tiny_tokenizer(output_dir, texts=texts, vocab_size=vocab_size)
+    tokenizer = _load_tokenizer(output)
+    torch.manual_seed(seed)
+    config = tiny_qwen3_config(tokenizer, hidden_size=hidden_size, num_layers=num_layers)
+    Qwen3ForCausalLM(config).save_pretrained(output)
+    return output
+
+
+def build_tiny_tokenizer(
+    output_dir: str | Path, *, texts: Iterable[str] = DEFAULT_TEXTS, vocab_size: int = 400
+) -> Path:
+    """Write :func:`build_tiny_model`'s tokenizer alone to ``output_dir`` (no torch: for
+    JAX trainers, which build their own tiny model); return the path.
+
+    Examples:
+        >>> import tempfile
+        >>> from transformers import AutoTokenizer
+        >>> from advbudget.tiny import build_tiny_tokenizer
+        >>> tokenizer = AutoTokenizer.from_pretrained(build_tiny_tokenizer(tempfile.mkdtemp()))
+        >>> tokenizer.eos_token, tokenizer.pad_token
+        ('<|im_end|>', '<|endoftext|>')
+    """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast, Qwen3ForCausalLM
+    from transformers import PreTrainedTokenizerFast
 
     output = Path(output_dir)
     output.mkdir(parents=True, exist_ok=True)
@@ -71,11 +95,13 @@ def build_tiny_model(
         chat_template=CHAT_TEMPLATE,
     )
     tokenizer.save_pretrained(output)
-
-    torch.manual_seed(seed)
-    config = tiny_qwen3_config(tokenizer, hidden_size=hidden_size, num_layers=num_layers)
-    Qwen3ForCausalLM(config).save_pretrained(output)
     return output
+
+
+def _load_tokenizer(path: Path) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
 
 
 def tiny_qwen3_config(

@@ -261,6 +261,13 @@ RULES: list[tuple[str, Run | Covered]] = [
         ),
     ),
     (
+        r"python -m tunix\.cli\.grpo_main base_config\.yaml .*advbudget\.rewards\.tunix.*",
+        Covered(
+            "tests/adapters/tunix/test_tunix_estimators.py::test_the_cli_reward_module_registers_the_estimators",
+            "an accelerator and a model; tunix's obtain_reward_fn on the module, in .venv-tunix",
+        ),
+    ),
+    (
         r"\.venv/bin/python benchmarks/core\.py.*",
         Covered(
             "tests/test_benchmarks.py::test_core_benchmark_runs_and_agrees",

@@ -1,6 +1,6 @@
 """Each framework's conventions, as data: one row per trainer, read by its adapter.
 
-A framework names our estimators its own way (verl and OpenRLHF ``advbudget_<name>``,
+A framework names our estimators its own way (verl, OpenRLHF and tunix ``advbudget_<name>``,
 TRL the core name) and computes the estimators it has itself with its own constants
 (GRPO's eps, exact ties, verl's raw-reward groups of one). The rule, for every adapter:
 
@@ -33,7 +33,7 @@ class Convention:
     """How one framework computes the advantages it has, and how it names ours.
 
     Attributes:
-        framework: ``"verl"``, ``"trl"`` or ``"openrlhf"``.
+        framework: ``"verl"``, ``"trl"``, ``"openrlhf"`` or ``"tunix"``.
         version: the framework versions the row was read from (and is tested against).
         own_names: core estimator -> the framework's own estimator computing the same
             advantages (its mirror).
@@ -208,11 +208,29 @@ TRL = Convention(
     whole_batch="the rewards gathered from every process (TRL's _calculate_rewards)",
 )
 
-CONVENTIONS: Mapping[str, Convention] = _frozen({c.framework: c for c in (VERL, OPENRLHF, TRL)})
+# tunix/rl/algo_core.py (0.1.7): grpo is (r - mean) / (std(ddof=1) + 1e-6), rloo and drgrpo
+# have no constant; all on exact values (no tie tolerance). GRPOConfig refuses groups of one.
+TUNIX = Convention(
+    framework="tunix",
+    version="0.1.7",
+    own_names=_frozen({"grpo": "grpo", "dr": "drgrpo", "rloo": "rloo"}),
+    options=_frozen({"grpo": {"eps": 1e-6, "std_correction": 1}}),
+    extra_names=_frozen({"reward_budget": "budget"}),
+    kappa_every=0,
+    whole_batch=(
+        "GRPOLearner calls the estimator once per step on the merged micro-batches; the "
+        "agentic learner calls it one group at a time (batch statistics are then the group's)"
+    ),
+)
+
+CONVENTIONS: Mapping[str, Convention] = _frozen(
+    {c.framework: c for c in (VERL, OPENRLHF, TRL, TUNIX)}
+)
 
 
 def get_convention(framework: str) -> Convention:
-    """The :class:`Convention` row of ``framework`` (``"verl"``, ``"trl"``, ``"openrlhf"``)."""
+    """The :class:`Convention` row of ``framework`` (``"verl"``, ``"trl"``, ``"openrlhf"``,
+    ``"tunix"``)."""
     if framework not in CONVENTIONS:
         raise ValueError(f"framework: expected one of {sorted(CONVENTIONS)}, got {framework!r}")
     return CONVENTIONS[framework]

@@ -1,0 +1,87 @@
+"""tunix: every advbudget estimator in tunix's advantage registry, by name.
+
+Importing this package registers each catalogue estimator with
+``tunix.rl.function_registry.register_advantage_estimator`` under ``advbudget_<name>``
+(``advbudget_budget``, ``advbudget_grpo``, ``advbudget_opo``, a plugin's ``advbudget_mine``,
+...) and ``reward_budget``. One setting then switches a tunix run::
+
+    import advbudget.adapters.tunix  # registers the estimators
+    config = GRPOConfig(num_generations=8, advantage_estimator="reward_budget")
+
+tunix's CLI reaches it through a reward module: ``reward_functions=['advbudget.rewards.tunix']``
+imports this package (and grades with DAPO's rule).
+
+Options (all estimators, checked at once): :func:`configure` (``budget=``, ``eps=``,
+``tie_rtol=``, ``nan_policy=``, ``solved_reward=``, ...), or the environment variable
+``ADVBUDGET_TUNIX_OPTIONS="budget=0.5,nan_policy=omit"`` read at import (the CLI's route).
+
+:class:`AdvBudgetGRPOLearner` (tunix's ``GRPOLearner``) adds the ``advbudget/*`` metrics to
+tunix's logs and ``skipped_groups="drop"``; :func:`metric_fn` alone gives the metrics to
+any ``GRPOLearner(metric_fns=[...])``. :func:`drgrpo_config` is ``DrGRPOConfig`` with our
+estimator (it fixes its own). Supported tunix versions: :data:`SUPPORTED_TUNIX`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from .._versions import check_version
+from ._estimators import (
+    OPTIONS_ENV,
+    advantages_and_valid,
+    configure,
+    configure_from_environment,
+    estimator_function,
+    estimator_names,
+    known_options,
+    metric_fn,
+    options,
+    register_estimators,
+    registered_names,
+    result,
+)
+
+#: The google-tunix releases this adapter was read from and is tested against.
+SUPPORTED_TUNIX = ((0, 1, 7), (0, 1, 8))
+
+TUNIX_VERSION = check_version("google-tunix", "advbudget.adapters.tunix", *SUPPORTED_TUNIX)
+
+__all__ = [
+    "OPTIONS_ENV",
+    "SUPPORTED_TUNIX",
+    "TUNIX_VERSION",
+    "AdvBudgetGRPOLearner",
+    "advantages_and_valid",
+    "configure",
+    "drgrpo_config",
+    "drop_skipped_rows",
+    "estimator_function",
+    "estimator_names",
+    "known_options",
+    "metric_fn",
+    "options",
+    "register_estimators",
+    "registered_names",
+    "result",
+]
+
+# tunix logs a warning for every name registered twice; re-registering ours is expected.
+logging.getLogger("absl").addFilter(
+    lambda record: (
+        "is already registered in category 'advantage_estimator'" not in record.getMessage()
+        or not any(n in record.getMessage() for n in ("'advbudget_", "'reward_budget'"))
+    )
+)
+
+register_estimators()
+configure_from_environment()
+
+
+def __getattr__(name: str) -> Any:
+    # The learner imports tunix's GRPO stack (flax, optax): only when asked for.
+    if name in ("AdvBudgetGRPOLearner", "drgrpo_config", "drop_skipped_rows"):
+        from . import _learner
+
+        return getattr(_learner, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,264 @@
+"""The tunix registry route: every name registered, parity with tunix's own grpo, rloo and
+drgrpo, the agentic learner's one-group calls, options, errors, the CLI's reward module."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from .conftest import TUNIX_WARNINGS
+
+pytestmark = TUNIX_WARNINGS
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_options():
+    from advbudget.adapters.tunix import configure
+
+    configure()
+    yield
+    configure()
+
+
+def _registry():
+    from tunix.rl import function_registry
+
+    import advbudget.adapters.tunix  # noqa: F401  (registers)
+
+    return function_registry
+
+
+def _batch(kind: str, seed: int, groups: int = 16, g: int = 4) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if kind == "binary":  # ties everywhere, some constant groups
+        rewards = rng.integers(0, 2, size=(groups, g)).astype(float)
+    elif kind == "graded":
+        rewards = rng.choice([0.0, 0.25, 0.5, 1.0], size=(groups, g))
+    else:  # continuous float32 values
+        rewards = rng.normal(size=(groups, g)).astype(np.float32).astype(float)
+    rewards[: groups // 4] = rewards[: groups // 4, :1]  # constant groups
+    return rewards.reshape(-1)
+
+
+def test_every_catalogue_name_is_registered_with_tunix():
+    from advbudget.adapters.tunix import estimator_names, registered_names
+    from advbudget.core._catalogue import all_names
+
+    registry = set(registered_names())
+    _registry()
+    assert {f"advbudget_{n}" for n in all_names()} | {"reward_budget"} <= registry
+    assert set(estimator_names()) <= set(_registry().default_registry.list_functions(
+        "advantage_estimator"))  # fmt: skip
+    assert {"grpo", "rloo", "drgrpo"} <= registry  # tunix's own stay
+
+
+@pytest.mark.parametrize(("ours", "theirs"), [("grpo", "grpo"), ("dr", "drgrpo"), ("rloo", "rloo")])
+def test_parity_with_tunix_estimators(ours: str, theirs: str):
+    fr = _registry()
+    for seed, (kind, g) in enumerate(
+        (kind, g) for kind in ("binary", "graded", "float32") for g in (2, 4, 8)
+    ):
+        rewards = _batch(kind, seed, g=g)
+        expected = np.asarray(
+            fr.get_advantage_estimator(theirs)(rewards=rewards, num_generations=g)
+        )
+        for name in (f"advbudget_{ours}", *(["advbudget_group_norm"] if ours == "grpo" else [])):
+            got = fr.get_advantage_estimator(name)(rewards=rewards, num_generations=g)
+            assert isinstance(got, np.ndarray)
+            assert got.shape == rewards.shape
+            # ours in float32 (jax's default), tunix's in float64
+            np.testing.assert_allclose(got, expected, rtol=2e-5, atol=2e-5)
+            constant = np.ptp(rewards.reshape(-1, g), axis=1) == 0
+            assert np.all(got.reshape(-1, g)[constant] == 0.0)
+
+
+def test_float32_rewards_give_tunix_numbers_too():
+    fr = _registry()
+    rewards = _batch("float32", 7).astype(np.float32)
+    expected = fr.get_advantage_estimator("grpo")(rewards=rewards, num_generations=4)
+    got = fr.get_advantage_estimator("advbudget_grpo")(rewards=rewards, num_generations=4)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_reward_budget_hand_computed():
+    fr = _registry()
+    got = fr.get_advantage_estimator("reward_budget")(
+        rewards=np.array([1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0]), num_generations=4
+    )
+    # group 2: B·(r−min)/Σ(r−min) − B/G = 1/3 − 1/4 for the three 1s, −1/4 for the 0
+    np.testing.assert_allclose(got, [0, 0, 0, 0, -0.25, 1 / 12, 1 / 12, 1 / 12], atol=1e-6)
+
+
+def test_agentic_learner_one_group_at_a_time():
+    """The agentic learner calls the estimator with one group's [G] rewards: each call
+    equals that group's slice of the whole-batch call, for every estimator without batch
+    statistics; those with some warn."""
+    from tunix.rl.agentic.agentic_grpo_learner import GRPOConfig as AgenticConfig
+
+    from advbudget.adapters.tunix import estimator_names
+    from advbudget.core import get_convention, get_spec
+
+    fr = _registry()
+    AgenticConfig(num_generations=4, advantage_estimator="reward_budget")  # accepted
+    rewards = _batch("graded", 3)
+    tunix = get_convention("tunix")
+    for name in estimator_names():
+        spec = get_spec(tunix.core_name(name))
+        if any(i.required for i in spec.inputs) or spec.batch_statistics:
+            continue
+        fn = fr.get_advantage_estimator(name)
+        whole = fn(rewards=rewards, num_generations=4)
+        per_group = [fn(rewards=group, num_generations=4) for group in rewards.reshape(-1, 4)]
+        np.testing.assert_allclose(np.concatenate(per_group), whole, atol=1e-6, err_msg=name)
+    with pytest.warns(UserWarning, match="called on one group of 4 rollouts"):
+        fr.get_advantage_estimator("advbudget_reinforce_plus_plus_baseline")(
+            rewards=rewards[:4], num_generations=4
+        )
+
+
+def test_options_reach_the_estimator():
+    from advbudget.adapters.tunix import configure
+
+    fr = _registry()
+    rewards = np.array([1.0, 0.0, 0.0, 0.0])
+    configure(budget=2.0)
+    np.testing.assert_allclose(
+        fr.get_advantage_estimator("reward_budget")(rewards=rewards, num_generations=4),
+        [1.5, -0.5, -0.5, -0.5],
+    )
+    configure(eps=1.0, std_correction=0)  # grpo: (r - .25) / (sqrt(3/16) + 1)
+    got = fr.get_advantage_estimator("advbudget_grpo")(rewards=rewards, num_generations=4)
+    np.testing.assert_allclose(got[0], 0.75 / (np.sqrt(3 / 16) + 1), rtol=1e-6)
+    configure(nan_policy="omit")
+    got = fr.get_advantage_estimator("reward_budget")(
+        rewards=np.array([1.0, np.nan, 0.0, 0.0]), num_generations=4
+    )
+    np.testing.assert_allclose(got, [2 / 3, 0.0, -1 / 3, -1 / 3], atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"budjet": 1.0}, "budjet: not an advbudget option in tunix"),
+        ({"budget": -1.0}, "budget"),
+        ({"nan_policy": "ignore"}, "nan_policy"),
+        ({"solved_reward": "high"}, "solved_reward: expected a finite number or None"),
+    ],
+)
+def test_bad_options_fail_at_once_in_one_line(options, message):
+    from advbudget.adapters.tunix import configure
+
+    with pytest.raises(ValueError, match=message) as raised:
+        configure(**options)
+    assert "\n" not in str(raised.value)
+
+
+def test_bad_calls_fail_in_one_line():
+    fr = _registry()
+    fn = fr.get_advantage_estimator("reward_budget")
+    with pytest.raises(ValueError, match="num_generations: reward_budget expected a divisor"):
+        fn(rewards=np.zeros(6), num_generations=4)
+    with pytest.raises(ValueError, match=r"rewards: reward_budget expected a non-empty 1-D"):
+        fn(rewards=np.zeros((2, 4)), num_generations=4)
+    with pytest.raises(ValueError, match="NaN"):
+        fn(rewards=np.array([1.0, np.nan, 0.0, 0.0]), num_generations=4)
+    with pytest.raises(ValueError, match="advbudget_opo needs response_lengths"):
+        fr.get_advantage_estimator("advbudget_opo")(rewards=np.zeros(4), num_generations=4)
+    with pytest.raises(LookupError, match="advbudget_nope"):
+        fr.get_advantage_estimator("advbudget_nope")
+
+
+def test_drgrpo_config_takes_our_estimator_and_refuses_unknown_names():
+    from tunix.rl.grpo.drgrpo_learner import DrGRPOConfig
+
+    from advbudget.adapters.tunix import drgrpo_config
+
+    config = drgrpo_config(advantage_estimator="reward_budget", num_generations=4)
+    assert isinstance(config, DrGRPOConfig)
+    assert config.advantage_estimator == "reward_budget"
+    assert config.loss_agg_mode == "sequence-mean-token-scale"  # Dr.GRPO's, kept
+    with pytest.raises(ValueError, match="advantage_estimator: expected a tunix-registered"):
+        drgrpo_config(advantage_estimator="advbudget_nope", num_generations=4)
+
+
+def test_resample_is_refused_in_one_line():
+    from advbudget.adapters._options import parse_skipped_groups
+    from advbudget.adapters.tunix._learner import RESAMPLE_REFUSED
+
+    with pytest.raises(ValueError, match="no dynamic sampling") as raised:
+        parse_skipped_groups("resample", "skipped_groups", resample_refused=RESAMPLE_REFUSED)
+    assert "\n" not in str(raised.value)
+
+
+def test_metric_fn_gives_the_adapters_keys():
+    from advbudget.adapters.tunix import metric_fn
+
+    fr = _registry()
+    rewards = np.array([1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0])
+    advantages = fr.get_advantage_estimator("reward_budget")(rewards=rewards, num_generations=2)
+    metrics = metric_fn(prompts=[], completions=[], rewards=rewards, advantages=advantages)
+    assert metrics["advbudget/skipped_group_fraction"][0] == 0.75
+    assert metrics["advbudget/solved_group_fraction"][0] == 0.25
+    assert metrics["advbudget/unsolved_group_fraction"][0] == 0.5
+    assert metrics["advbudget/skipped_group_fraction"][1] is np.mean
+    other = fr.get_advantage_estimator("grpo")(rewards=rewards, num_generations=2)
+    assert metric_fn(prompts=[], completions=[], rewards=rewards.copy(), advantages=other) == {}
+
+
+def _python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, **env},
+        timeout=300,
+    )
+
+
+def test_the_cli_reward_module_registers_the_estimators():
+    """tunix's CLI imports reward_functions entries with HyperParameters.obtain_reward_fn
+    before it builds GrpoConfig: that import alone must register our names."""
+    out = _python(
+        """
+        import types
+        from tunix.rl import function_registry as fr
+        from tunix.cli.config import HyperParameters
+        names = fr.default_registry.list_functions("advantage_estimator")
+        assert "reward_budget" not in names, names
+        fake = types.SimpleNamespace(config={
+            "reward_functions": ["advbudget.rewards.tunix"], "verl_compatible": False})
+        fns = HyperParameters.obtain_reward_fn(fake)
+        print([f.__name__ for f in fns])
+        print(fns[0](["q"], ["Answer: 4"], answer=["4"]))
+        print(fr.get_advantage_estimator("reward_budget")(
+            rewards=__import__("numpy").array([1.0, 0.0]), num_generations=2))
+        """,
+        ADVBUDGET_TUNIX_OPTIONS="budget=2.0",
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.strip().splitlines()
+    assert lines[-3] == "['dapo_accuracy']"
+    assert lines[-2] == "[1.0]"
+    assert lines[-1] == "[ 1. -1.]"  # budget=2.0 from the environment
+
+
+def test_a_bad_environment_option_fails_the_import_in_one_line():
+    out = _python("import advbudget.adapters.tunix", ADVBUDGET_TUNIX_OPTIONS="budget=-1")
+    assert out.returncode != 0
+    assert out.stderr.strip().splitlines()[-1].startswith("ValueError: budget")
+
+
+def test_an_unsupported_tunix_version_is_named():
+    from advbudget.adapters._versions import check_version
+    from advbudget.adapters.tunix import SUPPORTED_TUNIX
+
+    with pytest.raises(ImportError, match=r"supports google-tunix>=0.1.7,<0.1.8, got 0.2.0"):
+        check_version("google-tunix", "advbudget.adapters.tunix", *SUPPORTED_TUNIX, "0.2.0")
