@@ -13,6 +13,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .checks import int_at_least
+
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
     "<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
@@ -127,8 +129,7 @@ def tiny_qwen3_config(
     """
     from transformers import Qwen3Config
 
-    if isinstance(hidden_size, bool) or not isinstance(hidden_size, int) or hidden_size < 1:
-        raise ValueError(f"hidden_size: expected an int >= 1, got {hidden_size!r}")
+    int_at_least("hidden_size", hidden_size, 1)
     if hidden_size % num_heads:
         raise ValueError(
             f"hidden_size: expected a multiple of num_heads = {num_heads}, got {hidden_size}"

@@ -7,6 +7,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from ..checks import int_at_least
 from ..core import get_spec
 
 
@@ -62,9 +63,7 @@ class LMConfig:
             *("eval_every", "eval_samples", "workers"),
         )
         for name in positive:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
+            int_at_least(name, getattr(self, name), 1)
         if self.group_size < 2:
             raise ValueError(f"group_size: expected an int >= 2, got {self.group_size!r}")
         for name in ("sft_hard_fraction", "hard_fraction", "sft_target_routine"):

@@ -17,6 +17,8 @@ import random
 from dataclasses import dataclass
 from typing import Literal
 
+from ..checks import int_at_least
+
 Tier = Literal["routine", "hard"]
 TIERS: tuple[Tier, ...] = ("routine", "hard")
 SPLITS = ("train", "validation", "test")
@@ -115,8 +117,7 @@ def make_splits(
         ("validation_per_tier", validation_per_tier),
         ("test_per_tier", test_per_tier),
     ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
+        int_at_least(name, value, 1)
     low, high = (10 ** (digits - 1) if digits > 1 else 0), 10**digits
     # Unordered pairs {a, b}: a problem and its swap stay together.
     pairs: dict[Tier, list[tuple[int, int]]] = {"routine": [], "hard": []}

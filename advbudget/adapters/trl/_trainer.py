@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from advbudget.checks import int_at_least
 from advbudget.core import (
     AdvantageResult,
     Estimator,
@@ -211,8 +212,7 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
         )
         if not isinstance(prompt_ledger, bool):
             raise TypeError(f"prompt_ledger: expected a bool, got {prompt_ledger!r}")
-        if isinstance(kappa_every, bool) or not isinstance(kappa_every, int) or kappa_every < 0:
-            raise ValueError(f"kappa_every: expected an int >= 0, got {kappa_every!r}")
+        int_at_least("kappa_every", kappa_every, 0)
         solved_reward = check_solved_reward(solved_reward)  # one line naming the option
         overrides = dict(advantage_options or {})
         for key, value in (("tie_rtol", tie_rtol), ("tie_atol", tie_atol)):
