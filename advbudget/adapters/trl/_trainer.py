@@ -144,7 +144,7 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
     ``advbudget/positive_advantage_fraction``, ``advbudget/valid_fraction``,
     ``advbudget/advantage_mean``, ``advbudget/advantage_std`` and
     ``advbudget/nan_reward_fraction`` (rollouts every reward function scored None), the
-    ledger's three keys, with ``skipped_groups="resample"`` ``advbudget/generation_rounds``
+    ledger's three keys, with ``skipped_groups="resample"`` ``advbudget/generation_batches``
     (the group fractions are then over every generated group), and with ``kappa_every``
     ``advbudget/kappa_eff/{mean,median,std}``. A metric a step has no
     value for (the advantage gap when every group is skipped, κ_eff without pairs) is left
@@ -491,7 +491,7 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
         rows = [(r, g * group_size + i) for r, g in picks for i in range(group_size)]
         assembled = _take_rows(outputs, rows, self._tokenizer.pad_token_id)
         mine = torch.stack([local_rewards[r][i] for r, i in rows])
-        self._log_metrics("train", {METRIC_PREFIX + "generation_rounds": float(len(outputs))})
+        self._log_metrics("train", {METRIC_PREFIX + "generation_batches": float(len(outputs))})
         return assembled, self.accelerator.gather(mine), seen
 
     def _sampled_group_metrics(

@@ -94,7 +94,7 @@ def main(model_dir: str, data_file: str, output_dir: str, mode: str = "spanning"
     record["rank"] = trainer.accelerator.process_index
     record["world_size"] = trainer.accelerator.num_processes
     logs = [entry for entry in trainer.state.log_history if "loss" in entry]
-    record["rounds"] = [entry.get("advbudget/generation_rounds") for entry in logs]
+    record["rounds"] = [entry.get("advbudget/generation_batches") for entry in logs]
     path = Path(output_dir) / f"rank{record['rank']}.json"
     path.write_text(json.dumps(record))
     # Tear gloo down explicitly: left to interpreter exit, its threads can abort a rank

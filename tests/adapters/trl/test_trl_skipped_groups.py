@@ -189,7 +189,7 @@ def test_resample_trains_only_on_kept_groups(make_trainer: Any) -> None:
     seen = _capture(trainer)
     trainer.train()
     logs = [entry for entry in trainer.state.log_history if "loss" in entry]
-    rounds = [entry["advbudget/generation_rounds"] for entry in logs]
+    rounds = [entry["advbudget/generation_batches"] for entry in logs]
     assert len(rounds) == 4
     assert all(r >= 1 for r in rounds)
     assert sum(rounds) > 4, "no step needed a second round: the test shows nothing"
@@ -214,7 +214,7 @@ def test_resample_warns_and_goes_on_when_rounds_run_out(
     with pytest.warns(RuntimeWarning, match=r"found 0 of 2 kept groups in 3 generation rounds"):
         trainer.train()
     logs = [entry for entry in trainer.state.log_history if "loss" in entry]
-    assert [entry["advbudget/generation_rounds"] for entry in logs] == [3.0, 3.0]
+    assert [entry["advbudget/generation_batches"] for entry in logs] == [3.0, 3.0]
     assert _group_checks(trainer, seen, 4) == 4  # every group dropped, the step done
 
 
