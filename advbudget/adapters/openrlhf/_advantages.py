@@ -38,6 +38,7 @@ from advbudget.core import KappaPairs as CorePairs
 from advbudget.core import compute_advantages, get_convention, get_spec, kappa_pairs, make_groups
 from advbudget.metrics import DEFAULT_SOLVED_REWARD, advantage_metrics, group_outcomes
 
+from .._options import parse_skipped_groups
 from .._options import parse_solved_reward as parse_option
 from ._returns import cumulative_returns
 
@@ -45,6 +46,7 @@ _logger = logging.getLogger("advbudget.adapters.openrlhf")
 OPENRLHF = get_convention("openrlhf")
 METRIC_PREFIX = OPENRLHF.metric_prefix
 SOLVED_REWARD_FLAG = "--advbudget.solved_reward"
+SKIPPED_GROUPS_FLAG = "--advbudget.skipped_groups"
 
 
 def estimator_names() -> list[str]:
@@ -79,6 +81,13 @@ def solved_reward(args: Any) -> float | None:
     without our entry point), None when turned off."""
     value = option_value(args, "solved_reward")
     return DEFAULT_SOLVED_REWARD if value is None else parse_solved_reward(value)
+
+
+def skipped_groups(args: Any) -> str:
+    """``--advbudget.skipped_groups``: ``keep`` when not given (also without our entry
+    point), else ``keep``, ``drop`` or ``resample``."""
+    value = option_value(args, "skipped_groups")
+    return "keep" if value is None else parse_skipped_groups(value, SKIPPED_GROUPS_FLAG)
 
 
 def core_estimator(name: str, args: Any = None) -> tuple[str, dict[str, Any]]:
@@ -117,6 +126,7 @@ def compute_advantages_and_returns(
     name = estimator or args.algo.advantage.estimator
     core, options = core_estimator(name, args)
     bar = solved_reward(args)  # a bad value fails before any work
+    drop = skipped_groups(args) == "drop"
     n = int(args.rollout.n_samples_per_prompt)
     if n < 2:
         raise ValueError(f"{name} requires --rollout.n_samples_per_prompt > 1, got {n}")
@@ -190,8 +200,36 @@ def compute_advantages_and_returns(
         end = start + len(experience.index)
         experience.info.update((key, values[start:end]) for key, values in metrics.items())
         experience.kl = None
+    if drop:
+        _drop_skipped_rows(maker, experiences, result.valid, sizes)
     _remember_for_kappa(maker, experiences, result)
     return experiences
+
+
+def _drop_skipped_rows(maker: Any, experiences: list[Any], valid: Any, sizes: list[int]) -> None:
+    """``--advbudget.skipped_groups drop``: zero the action mask of every skipped row.
+
+    OpenRLHF 0.11.2 reads the mask for every term of the actor's loss and for both of its
+    normalisers (``openrlhf/models/loss.py`` ``aggregate_loss``: masked token sum over the
+    step's mask sum, or per-sequence means over the step's count of sequences with a
+    non-empty mask, ``openrlhf/utils/loss_utils.py`` ``_optimizer_step_loss_norm``): so the
+    policy loss, the KL loss and the entropy term leave these rows out, numerator and
+    normaliser alike, as if the batch held only the kept groups. The rows stay in the batch
+    (every DP rank keeps its micro-batch count: DeepSpeed's steps stay in lockstep); a
+    micro-batch or a whole step with no kept token is guarded by the patch
+    (:func:`._patch.aggregate_loss_guarded`)."""
+    if not getattr(maker, "_advbudget_drop_logged", False):
+        maker._advbudget_drop_logged = True
+        _logger.info(
+            "advbudget: %s drop: rows of skipped groups (and NaN rewards) get an all-zero "
+            "action_mask: out of the policy, KL and entropy losses and their normalisers "
+            "(token-mean: kept tokens; seq-mean-token-mean and gspo: kept sequences); "
+            "OpenRLHF has no constant normaliser",
+            SKIPPED_GROUPS_FLAG,
+        )
+    for experience, keep in zip(experiences, valid.split(sizes), strict=True):
+        mask = experience.action_mask
+        experience.action_mask = mask.masked_fill(~keep.to(mask.device)[:, None], 0)
 
 
 def _inputs(name: str, core: str, experiences: list[Any], rewards: Any) -> dict[str, Any]:

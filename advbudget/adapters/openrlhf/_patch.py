@@ -37,8 +37,9 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from ._advantages import compute_advantages_and_returns, is_ours
+from ._advantages import compute_advantages_and_returns, is_ours, skipped_groups
 from ._kappa import after_update
+from ._resample import generate, rounds_status
 from ._version import check_openrlhf_version
 
 HOOK = "advbudget.adapters.openrlhf.install"
@@ -64,9 +65,74 @@ def _wrap_ppo_train(original: Any) -> Any:
         status = original(self, global_steps)
         if is_ours(self.args.algo.advantage.estimator):
             status.update(after_update(self, global_steps))
+            status.update(rounds_status(self))
         return status
 
     return ppo_train_patched
+
+
+def _wrap_generate_vllm(original: Any) -> Any:
+    @functools.wraps(original)
+    def generate_vllm_patched(
+        self: Any, dataloader_iter: Any, num_prompts: int, dynamic_filtering: Any, **kwargs: Any
+    ) -> Any:
+        args = self.args
+        if (
+            dynamic_filtering
+            and is_ours(args.algo.advantage.estimator)
+            and skipped_groups(args) == "resample"
+        ):
+            return generate(self, dataloader_iter, num_prompts, **kwargs)
+        return original(self, dataloader_iter, num_prompts, dynamic_filtering, **kwargs)
+
+    return generate_vllm_patched
+
+
+def _nonzero(total: Any) -> Any:
+    """A loss normaliser with 0 replaced by 1: 0 only when every row it counts has an
+    all-zero mask (``drop``), and then the masked numerator is 0 too: the loss is 0, not
+    0/0 (NaN gradients). Any other value passes unchanged."""
+    import torch
+
+    if total is None:
+        return None
+    if isinstance(total, torch.Tensor):
+        return torch.where(total == 0, torch.ones_like(total), total)
+    return total if total else 1.0
+
+
+def _wrap_aggregate_loss(original: Any) -> Any:
+    @functools.wraps(original)
+    def aggregate_loss_guarded(
+        loss: Any,
+        loss_mask: Any,
+        token_level_loss: bool = True,
+        dp_size: int = 1,
+        batch_num_tokens: Any = None,
+        global_batch_size: Any = None,
+    ) -> Any:
+        return original(
+            loss,
+            loss_mask,
+            token_level_loss=token_level_loss,
+            dp_size=dp_size,
+            batch_num_tokens=_nonzero(batch_num_tokens),
+            global_batch_size=_nonzero(global_batch_size),
+        )
+
+    return aggregate_loss_guarded
+
+
+def _wrap_masked_mean(original: Any) -> Any:
+    @functools.wraps(original)
+    def masked_mean_guarded(tensor: Any, mask: Any, dim: Any = None) -> Any:
+        # OpenRLHF's mean (masked sum / mask sum), 0 where the mask is empty (a micro-batch
+        # of dropped rows: its logged clip ratio, ppo_kl, logprobs_diff), not NaN.
+        if mask is None:
+            return original(tensor, mask, dim=dim)
+        return (tensor * mask).sum(dim=dim) / _nonzero(mask.sum(dim=dim))
+
+    return masked_mean_guarded
 
 
 def bind_ppo_train(trainer: Any) -> None:
@@ -93,7 +159,8 @@ def _wrap_init(original: Any) -> Any:
     return init_patched
 
 
-# module -> [(class, method, wrapper factory)]: every method we patch.
+# module -> [(class, method, wrapper factory)]: every method we patch; class "": a function
+# of the module (patched in each module that looks it up by its global name).
 _TARGETS: dict[str, list[tuple[str, str, Callable[[Any], Any]]]] = {
     "openrlhf.trainer.ppo_utils.experience_maker": [
         (
@@ -106,17 +173,36 @@ _TARGETS: dict[str, list[tuple[str, str, Callable[[Any], Any]]]] = {
         ("BasePPOTrainer", "ppo_train", _wrap_ppo_train),
         ("BasePPOTrainer", "__init__", _wrap_init),
     ],
+    "openrlhf.trainer.ppo_utils.samples_generator": [
+        ("SamplesGenerator", "_generate_vllm", _wrap_generate_vllm),
+    ],
+    "openrlhf.models.loss": [
+        ("", "aggregate_loss", _wrap_aggregate_loss),
+        ("", "masked_mean", _wrap_masked_mean),
+    ],
+    "openrlhf.trainer.ray.ppo_actor": [
+        ("", "aggregate_loss", _wrap_aggregate_loss),
+        ("", "masked_mean", _wrap_masked_mean),
+    ],
 }
+
+
+def _owner(module: types.ModuleType, cls_name: str) -> Any:
+    return getattr(module, cls_name) if cls_name else module
+
+
+def _own(owner: Any, name: str) -> Any:
+    return vars(owner)[name]
 
 
 def _patch(module: types.ModuleType) -> None:
     for cls_name, method, wrap in _TARGETS[module.__name__]:
-        cls = getattr(module, cls_name)
-        original = cls.__dict__[method]  # the class's own: never a base's, never a copy
+        owner = _owner(module, cls_name)
+        original = _own(owner, method)  # the class's own: never a base's, never a copy
         if not hasattr(original, _MARK):
             patched = wrap(original)
             setattr(patched, _MARK, original)
-            setattr(cls, method, patched)
+            setattr(owner, method, patched)
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):
@@ -172,10 +258,10 @@ def uninstall() -> None:
         if name not in sys.modules:
             continue
         for cls_name, method, _ in targets:
-            cls = getattr(sys.modules[name], cls_name)
-            original = getattr(cls.__dict__[method], _MARK, None)
+            owner = _owner(sys.modules[name], cls_name)
+            original = getattr(_own(owner, method), _MARK, None)
             if original is not None:
-                setattr(cls, method, original)
+                setattr(owner, method, original)
 
 
 def is_installed() -> bool:
@@ -183,6 +269,6 @@ def is_installed() -> bool:
     for name, targets in _TARGETS.items():
         module = importlib.import_module(name)
         for cls_name, method, _ in targets:
-            if not hasattr(getattr(module, cls_name).__dict__[method], _MARK):
+            if not hasattr(_own(_owner(module, cls_name), method), _MARK):
                 return False
     return True
