@@ -12,7 +12,12 @@ checks, its trainer) with three changes:
   ``--advbudget.kappa_every K`` (log κ_eff every K steps, one extra actor forward over 2
   samples per group; 0 turns it off; default 10), ``--advbudget.solved_reward R`` (the
   reward at which a sample counts as solved in ``advbudget/unsolved_group_fraction`` and
-  ``advbudget/solved_group_fraction``; default 1.0; ``none`` turns the split off) and
+  ``advbudget/solved_group_fraction``; default 1.0; ``none`` turns the split off),
+  ``--advbudget.skipped_groups keep|drop|resample`` (the rows of skipped groups: kept with
+  advantage 0 as OpenRLHF does, dropped from the loss and its normaliser by zeroing their
+  action mask, or resampled by OpenRLHF's dynamic filtering deciding with the estimator's
+  skip rule; default keep), ``--advbudget.max_generation_batches N`` (resample's bound:
+  at most N times the step's prompts generated per step; default 10) and
   ``--advbudget.parse_only`` (parse and run OpenRLHF's argument checks, print the
   estimator, stop before Ray starts; only the parser block of ``train_ppo_ray`` runs, so
   no vLLM or flash-attn is needed);
@@ -180,8 +185,23 @@ def _patched_parser(parse_only: bool) -> Iterator[None]:
         original_add(self, "--advbudget.nan_policy", choices=("raise", "omit"), default=None)
         original_add(self, "--advbudget.kappa_every", type=int, default=DEFAULT_KAPPA_EVERY)
         original_add(self, "--advbudget.solved_reward", type=str, default=None)
-        original_add(self, SKIPPED_FLAG, type=str, default=None)
-        original_add(self, ROUNDS_FLAG, type=str, default=None)
+        original_add(
+            self,
+            SKIPPED_FLAG,
+            type=str,
+            default=None,
+            help="keep (default: advantage 0, in the normaliser, OpenRLHF's behaviour), drop "
+            "(out of the loss and its normaliser) or resample (dynamic filtering with the "
+            "estimator's skip rule) the rows of skipped groups",
+        )
+        original_add(
+            self,
+            ROUNDS_FLAG,
+            type=str,
+            default=None,
+            help=f"resample: at most N times the step's prompts generated per step (default "
+            f"{DEFAULT_MAX_GENERATION_BATCHES})",
+        )
         original_add(self, "--advbudget.parse_only", action="store_true", default=False)
         flat = original_parse(self, *args, **kwargs)
         validate(flat)

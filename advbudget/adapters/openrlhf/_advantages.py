@@ -23,7 +23,8 @@ ADDED: ``info["advbudget/..."]``, the advantage metrics of the verl adapter as p
 lists whose sample means OpenRLHF logs (:func:`sample_metrics`; the solved/unsolved split
 at ``--advbudget.solved_reward``, default 1.0, ``none`` turns it off); and, when
 ``--advbudget.kappa_every`` is set, each group's o+ / o- kept on the maker for the κ_eff
-pass after the update (:mod:`._kappa`).
+pass after the update (:mod:`._kappa`); with ``--advbudget.skipped_groups drop``, the
+skipped rows' action mask zeroed (:func:`_drop_skipped_rows`).
 """
 
 from __future__ import annotations

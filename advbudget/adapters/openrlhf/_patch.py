@@ -1,6 +1,6 @@
 """The patch of OpenRLHF's trainer: our estimators and the κ_eff pass.
 
-:func:`install` wraps two methods (openrlhf 0.11.2):
+:func:`install` wraps these (openrlhf 0.11.2):
 
 - ``RemoteExperienceMaker.compute_advantages_and_returns`` (``experience_maker.py``): for our
   estimator names (:func:`~advbudget.adapters.openrlhf.estimator_names`) it runs
@@ -17,7 +17,15 @@
   ``ppo_trainer.py`` executes, before the patch on import can run, so ``PPOTrainer.ppo_train``
   is a copy of OpenRLHF's original that shadows the patched base method, and the actor
   (unpickled from the driver's class) never runs the κ_eff pass. The instance attribute
-  wins over both copies, whatever the import order and the driver did.
+  wins over both copies, whatever the import order and the driver did;
+- ``SamplesGenerator._generate_vllm`` (``samples_generator.py``): with dynamic filtering,
+  our estimators and ``--advbudget.skipped_groups resample``, :func:`._resample.generate`
+  (the estimator's skip rule, ``--advbudget.max_generation_batches``); else OpenRLHF's;
+- ``aggregate_loss`` and ``masked_mean`` where OpenRLHF's loss code looks them up
+  (``openrlhf.models.loss``, ``openrlhf.trainer.ray.ppo_actor``): a normaliser or mask sum
+  of 0 becomes 1, so a step or micro-batch whose rows ``drop`` all masked gives a 0 loss
+  and 0 metrics instead of 0/0 (NaN gradients). Any other value passes unchanged, and
+  OpenRLHF never builds an empty mask itself, so ``keep`` runs bit for bit as before.
 
 Both run inside a Ray actor (``PPOTrainer``), not the driver, so the patch must be installed
 there: pass :data:`HOOK` as Ray's ``worker_process_setup_hook``::
