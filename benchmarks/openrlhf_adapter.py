@@ -11,6 +11,9 @@ longest response, KL terms in the reward, float32, CPU):
   as they run in training: Ray's zero-copy tensor serialisation on (OpenRLHF's runtime env),
   so experiences get views of batch tensors;
 - ``advbudget_group_norm`` with copies (what runs when that serialisation is off);
+- ``reward_budget`` with ``--advbudget.skipped_groups drop`` (the skipped rows' action
+  masks zeroed), reported as its cost over ``reward_budget`` (issue 20: under 1 % of a
+  step; this is the advantage step alone, the part of a step drop adds work to);
 - the floor: only the per-experience bookkeeping that OpenRLHF's ``Experience`` API
   requires of any implementation (gather the inputs, hand out 2 per-token tensors and 4
   info values per experience), no arithmetic.
@@ -63,7 +66,8 @@ P_OURS = "advbudget_group_norm"
 P_BUDGET = "reward_budget"
 P_COPIES = "advbudget_group_norm, copies"
 P_FLOOR = "floor: bookkeeping only"
-PATHS = (P_OPENRLHF, P_OURS, P_BUDGET, P_COPIES, P_FLOOR)
+P_DROP = "reward_budget, drop"
+PATHS = (P_OPENRLHF, P_OURS, P_BUDGET, P_COPIES, P_FLOOR, P_DROP)
 
 
 def import_openrlhf() -> tuple[Any, Any]:
@@ -84,7 +88,7 @@ def import_openrlhf() -> tuple[Any, Any]:
     return module, adapter
 
 
-def make_maker(module: Any, estimator: str, length: int) -> Any:
+def make_maker(module: Any, estimator: str, length: int, skipped_groups: str = "keep") -> Any:
     """A real ``RemoteExperienceMaker`` with the args it reads (0.11.2's defaults)."""
     from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
 
@@ -98,6 +102,7 @@ def make_maker(module: Any, estimator: str, length: int) -> Any:
             overlong_penalty_factor=1.0,
             stop_properly_penalty_coef=None,
         ),
+        advbudget=SimpleNamespace(skipped_groups=skipped_groups),
     )
     maker = object.__new__(module.RemoteExperienceMaker)
     maker.strategy = SimpleNamespace(args=args)
@@ -168,6 +173,7 @@ def path_calls(module: Any, adapter: Any, length: int) -> dict[str, Callable[[li
     theirs = make_maker(module, "group_norm", length)
     ours = make_maker(module, "advbudget_group_norm", length)
     budget = make_maker(module, "reward_budget", length)
+    drop = make_maker(module, "reward_budget", length, skipped_groups="drop")
 
     def copies(experiences: list[Any]) -> Any:
         saved = _advantages._ray_ships_views_compactly
@@ -183,6 +189,7 @@ def path_calls(module: Any, adapter: Any, length: int) -> dict[str, Callable[[li
         P_BUDGET: lambda e: adapter.compute_advantages_and_returns(budget, e),
         P_COPIES: copies,
         P_FLOOR: lambda e: bookkeeping_floor(e, _advantages),
+        P_DROP: lambda e: adapter.compute_advantages_and_returns(drop, e),
     }
 
 
@@ -243,6 +250,22 @@ def compute_ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return ratios
 
 
+def drop_costs(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``reward_budget, drop`` / ``reward_budget``: what drop adds to the advantage step."""
+    timed = {(r["path"], r["n"], r["length"], r["micro_batch"]): r["median_ms"] for r in results}
+    return [
+        {
+            "ratio": f"{P_DROP} / {P_BUDGET}",
+            "n": n,
+            "length": length,
+            "micro_batch": micro,
+            "value": timed[(P_DROP, n, length, micro)] / timed[(P_BUDGET, n, length, micro)],
+        }
+        for (path, n, length, micro) in sorted(timed)
+        if path == P_DROP and (P_BUDGET, n, length, micro) in timed
+    ]
+
+
 def markdown_report(payload: dict[str, Any]) -> str:
     machine = payload["machine"]
     lines = [
@@ -285,6 +308,18 @@ def markdown_report(payload: dict[str, Any]) -> str:
             f"| {path} | {r['n']:,} | {r['length']} | {r['micro_batch']} | "
             f"{r['value']:.1f}x | {met} |"
         )
+    if payload.get("drop_costs"):
+        lines += [
+            "",
+            f"## What drop adds to the advantage step ({P_DROP} / {P_BUDGET})",
+            "",
+            "| N | L | B | ratio |",
+            "|---:|---:|---:|---:|",
+        ]
+        lines += [
+            f"| {r['n']:,} | {r['length']} | {r['micro_batch']} | {r['value']:.3f} |"
+            for r in payload["drop_costs"]
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -375,6 +410,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "kl_coef": KL_COEF,
         "results": results,
         "ratios": compute_ratios(results),
+        "drop_costs": drop_costs(results),
         "problems": problems,
     }
     write_atomic(args.output, json.dumps(payload, indent=2) + "\n")
