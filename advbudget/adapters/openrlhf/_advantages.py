@@ -24,7 +24,8 @@ lists whose sample means OpenRLHF logs (:func:`sample_metrics`; the solved/unsol
 at ``--advbudget.solved_reward``, default 1.0, ``none`` turns it off); and, when
 ``--advbudget.kappa_every`` is set, each group's o+ / o- kept on the maker for the κ_eff
 pass after the update (:mod:`._kappa`); with ``--advbudget.skipped_groups drop``, the
-skipped rows' action mask zeroed (:func:`_drop_skipped_rows`).
+skipped rows' action mask zeroed (:func:`_drop_skipped_rows`); the run's prompt ledger
+updated and logged (:func:`ledger_metrics`).
 """
 
 from __future__ import annotations
@@ -37,7 +38,12 @@ from typing import Any
 
 from advbudget.core import KappaPairs as CorePairs
 from advbudget.core import compute_advantages, get_convention, get_spec, kappa_pairs, make_groups
-from advbudget.metrics import DEFAULT_SOLVED_REWARD, advantage_metrics, group_outcomes
+from advbudget.metrics import (
+    DEFAULT_SOLVED_REWARD,
+    PromptLedger,
+    advantage_metrics,
+    group_outcomes,
+)
 
 from .._options import parse_skipped_groups
 from .._options import parse_solved_reward as parse_option
@@ -177,6 +183,7 @@ def compute_advantages_and_returns(
         "return": reward.sum(-1),
     }
     metrics = sample_metrics(result, solved_reward=bar)
+    metrics.update(ledger_metrics(maker, experiences, result, bar))
     starts = list(itertools.accumulate([0, *sizes[:-1]]))  # each experience's first sample
 
     # Each experience gets views of batch tensors when Ray ships a view's own elements,
@@ -307,6 +314,45 @@ def sample_metrics(
         if not math.isnan(batch[name]):
             metrics[name] = [batch[name]] * num
     return {METRIC_PREFIX + name: values for name, values in metrics.items()}
+
+
+LEDGER_ATTR = "_advbudget_prompt_ledger"
+
+
+def prompt_ledger(maker: Any) -> PromptLedger:
+    """The run's :class:`~advbudget.metrics.PromptLedger`, kept on the experience maker
+    (saved with OpenRLHF's checkpoint and restored on resume by the patch)."""
+    ledger = getattr(maker, LEDGER_ATTR, None)
+    if ledger is None:
+        ledger = PromptLedger()
+        setattr(maker, LEDGER_ATTR, ledger)
+    return ledger
+
+
+def ledger_metrics(
+    maker: Any, experiences: list[Any], result: Any, solved_reward: float | None
+) -> dict[str, list[float]]:
+    """Record the batch in the run's prompt ledger, keyed by a hash of each group's prompt
+    text (``experience.prompts``, the text sent to vLLM: the same every epoch) with
+    :func:`~advbudget.metrics.prompt_key`; return its metrics as per-sample lists (every
+    sample the run's value; NaN values left out, as the gap). Nothing when the
+    solved/unsolved split is off or the experiences carry no prompt text."""
+    if solved_reward is None:
+        return {}
+    texts = list(itertools.chain.from_iterable(e.prompts or [] for e in experiences))
+    num = int(result.advantages.shape[0])
+    if len(texts) != num:
+        return {}
+    prompts: list[Any] = [None] * result.num_groups
+    for text, group in zip(texts, result.group_index.tolist(), strict=True):
+        prompts[group] = text
+    ledger = prompt_ledger(maker)
+    ledger.update(prompts, group_outcomes(result, solved_reward))
+    return {
+        METRIC_PREFIX + name: [value] * num
+        for name, value in ledger.metrics().items()
+        if not math.isnan(value)
+    }
 
 
 def _ray_ships_views_compactly() -> bool:

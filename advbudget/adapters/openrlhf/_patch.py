@@ -9,7 +9,10 @@
 - ``BasePPOTrainer.ppo_train`` (``ppo_trainer.py``; the sync ``PPOTrainer`` and the async
   ``TrainingActor`` both inherit it): after the update, every ``--advbudget.kappa_every``
   steps, adds ``advbudget/kappa_eff/*`` to the status OpenRLHF logs;
-- ``BasePPOTrainer.__init__``: binds that wrapper on the trainer instance too. ``@ray.remote``
+- ``BasePPOTrainer.save_logs_and_checkpoints`` / ``init_checkpoint_states``: the prompt
+  ledger (:func:`._advantages.prompt_ledger`) into the checkpoint's ``client_states`` at
+  the steps OpenRLHF saves, and back on resume;
+- ``BasePPOTrainer.__init__``: binds these wrappers on the trainer instance too. ``@ray.remote``
   copies every method, inherited ones included, onto the actor class when the class is
   decorated (ray 2.55: ``actor.py:2684`` ``_inject_tracing_into_class`` sets a tracing
   wrapper of each member from ``inspect.getmembers`` on the subclass,
@@ -45,7 +48,13 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from ._advantages import compute_advantages_and_returns, is_ours, skipped_groups
+from ._advantages import (
+    LEDGER_ATTR,
+    compute_advantages_and_returns,
+    is_ours,
+    prompt_ledger,
+    skipped_groups,
+)
 from ._kappa import after_update
 from ._resample import generate, rounds_status
 from ._version import check_openrlhf_version
@@ -144,18 +153,58 @@ def _wrap_masked_mean(original: Any) -> Any:
 
 
 def bind_ppo_train(trainer: Any) -> None:
-    """Make ``trainer.ppo_train`` run the κ_eff pass, whatever its class holds.
+    """Make ``trainer.ppo_train`` run the κ_eff pass (and the checkpoint methods carry the
+    prompt ledger), whatever its class holds.
 
     In a Ray actor ``type(trainer).ppo_train`` is Ray's copy of OpenRLHF's original (see the
     module docstring); an instance attribute shadows it. A no-op when the class already
     resolves to our wrapper (a plain subclass, or one decorated after the patch: its copy
     wraps ours, and ``functools.wraps`` carries our mark onto the copy).
     """
-    method = type(trainer).ppo_train
-    if not hasattr(method, _MARK):
-        patched = _wrap_ppo_train(method)
-        setattr(patched, _MARK, method)
-        trainer.ppo_train = types.MethodType(patched, trainer)
+    for name, wrap in _BOUND:
+        method = getattr(type(trainer), name)
+        if not hasattr(method, _MARK):
+            patched = wrap(method)
+            setattr(patched, _MARK, method)
+            setattr(trainer, name, types.MethodType(patched, trainer))
+
+
+#: The key of the prompt ledger in OpenRLHF's checkpoint ``client_states``.
+LEDGER_STATE = "advbudget_prompt_ledger"
+
+
+def _wrap_save_logs_and_checkpoints(original: Any) -> Any:
+    @functools.wraps(original)
+    def save_logs_and_checkpoints_patched(
+        self: Any, global_step: int, logs_dict: Any = None, client_states: Any = None
+    ) -> Any:
+        # Only at the steps OpenRLHF saves (ppo_trainer.py:394): the state is O(prompts).
+        ledger = getattr(getattr(self, "experience_maker", None), LEDGER_ATTR, None)
+        if ledger is not None and global_step % self.args.ckpt.save_steps == 0:
+            client_states = {**(client_states or {}), LEDGER_STATE: ledger.state_dict()}
+        return original(self, global_step, logs_dict, client_states)
+
+    return save_logs_and_checkpoints_patched
+
+
+def _wrap_init_checkpoint_states(original: Any) -> Any:
+    @functools.wraps(original)
+    def init_checkpoint_states_patched(self: Any) -> Any:
+        states = original(self)
+        state = (states or {}).get(LEDGER_STATE)
+        if state is not None and is_ours(self.args.algo.advantage.estimator):
+            prompt_ledger(self.experience_maker).load_state_dict(state)
+        return states
+
+    return init_checkpoint_states_patched
+
+
+# Methods of BasePPOTrainer bound on each instance too (Ray's copies; see the docstring).
+_BOUND = (
+    ("ppo_train", _wrap_ppo_train),
+    ("save_logs_and_checkpoints", _wrap_save_logs_and_checkpoints),
+    ("init_checkpoint_states", _wrap_init_checkpoint_states),
+)
 
 
 def _wrap_init(original: Any) -> Any:
@@ -179,6 +228,8 @@ _TARGETS: dict[str, list[tuple[str, str, Callable[[Any], Any]]]] = {
     ],
     "openrlhf.trainer.ppo_trainer": [
         ("BasePPOTrainer", "ppo_train", _wrap_ppo_train),
+        ("BasePPOTrainer", "save_logs_and_checkpoints", _wrap_save_logs_and_checkpoints),
+        ("BasePPOTrainer", "init_checkpoint_states", _wrap_init_checkpoint_states),
         ("BasePPOTrainer", "__init__", _wrap_init),
     ],
     "openrlhf.trainer.ppo_utils.samples_generator": [
