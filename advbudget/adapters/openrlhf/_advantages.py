@@ -235,9 +235,18 @@ def _drop_skipped_rows(maker: Any, experiences: list[Any], valid: Any, sizes: li
             "OpenRLHF has no constant normaliser",
             SKIPPED_GROUPS_FLAG,
         )
-    for experience, keep in zip(experiences, valid.split(sizes), strict=True):
-        mask = experience.action_mask
-        experience.action_mask = mask.masked_fill(~keep.to(mask.device)[:, None], 0)
+    import torch
+
+    # Each experience's count of skipped rows in one pass: only those with some are touched.
+    skipped = torch.cumsum((~valid).to(torch.int64), 0)
+    ends = torch.tensor(list(itertools.accumulate(sizes)), device=skipped.device) - 1
+    totals = skipped[ends]
+    counts = torch.diff(totals, prepend=totals.new_zeros(1)).tolist()
+    parts = zip(experiences, valid.split(sizes), counts, strict=True)
+    for experience, keep, count in parts:
+        if count:
+            mask = experience.action_mask
+            experience.action_mask = mask.masked_fill(~keep.to(mask.device)[:, None], 0)
 
 
 def _inputs(name: str, core: str, experiences: list[Any], rewards: Any) -> dict[str, Any]:

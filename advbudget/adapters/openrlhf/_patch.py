@@ -1,4 +1,5 @@
-"""The patch of OpenRLHF's trainer: our estimators and the κ_eff pass.
+"""The patch of OpenRLHF's trainer: our estimators, the κ_eff pass, skipped groups and the
+prompt ledger.
 
 :func:`install` wraps these (openrlhf 0.11.2):
 
@@ -30,8 +31,8 @@
   and 0 metrics instead of 0/0 (NaN gradients). Any other value passes unchanged, and
   OpenRLHF never builds an empty mask itself, so ``keep`` runs bit for bit as before.
 
-Both run inside a Ray actor (``PPOTrainer``), not the driver, so the patch must be installed
-there: pass :data:`HOOK` as Ray's ``worker_process_setup_hook``::
+They run inside Ray actors (``PPOTrainer``, the model ranks), not the driver, so the patch
+must be installed there: pass :data:`HOOK` as Ray's ``worker_process_setup_hook``::
 
     ray.init(runtime_env={"worker_process_setup_hook": HOOK})
     # or: ray job submit --runtime-env-json '{"worker_process_setup_hook":

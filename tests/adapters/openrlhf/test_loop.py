@@ -217,6 +217,11 @@ def test_every_advbudget_metric_every_step(case: Any) -> None:
         status = run.steps[step]
         assert set(status) >= ADVANTAGE_METRICS, (step, sorted(status))
         assert status["advbudget/skipped_group_fraction"] < 1.0  # the reward varies in groups
+        # The prompt ledger: one episode, so no prompt recurs within a run (the resumed
+        # run counts on from the checkpoint's ledger: test_checkpoint_saved_and_resumed).
+        if steps[0] == 1:
+            assert status["advbudget/recurring_prompts"] == 0.0
+        assert "advbudget/recurring_prompts" in status
         assert "policy_loss" in status  # the update ran
         assert "actor_grad_norm" in status
 
@@ -255,6 +260,13 @@ def test_checkpoint_saved_and_resumed(cpu_dir: Path, budget_run: Run, resumed_ru
     assert resumed_run.weights[1][1] == budget_run.weights[-1][1]
     assert sorted(resumed_run.steps) == [4, 5]
     assert (cpu_dir / "run" / "ckpt" / "_actor" / "global_step5").is_dir()
+    # The prompt ledger went into the step-3 checkpoint (6 prompts seen) and came back:
+    # OpenRLHF logs the restored client states (ppo_trainer.py:439).
+    restored = re.search(
+        r"checkpoint_states: .*'advbudget_prompt_ledger': (\{[^{}]*\})", resumed_run.log
+    )
+    assert restored, resumed_run.tail()
+    assert len(ast.literal_eval(restored[1])["keys"]) == 6
 
 
 def test_drop_trains_on_finite_losses_on_two_ranks(two_ranks_run: Run) -> None:
