@@ -11,9 +11,10 @@ longest response, KL terms in the reward, float32, CPU):
   as they run in training: Ray's zero-copy tensor serialisation on (OpenRLHF's runtime env),
   so experiences get views of batch tensors;
 - ``advbudget_group_norm`` with copies (what runs when that serialisation is off);
-- ``reward_budget`` with ``--advbudget.skipped_groups drop`` (the skipped rows' action
-  masks zeroed), reported as its cost over ``reward_budget`` (issue 20: under 1 % of a
-  step; this is the advantage step alone, the part of a step drop adds work to);
+- apart, ``reward_budget`` with ``--advbudget.skipped_groups drop`` over ``reward_budget``
+  on the same experiences with half the groups dead (all rewards 1): what zeroing the
+  skipped rows' action masks adds to the advantage step, the only part of a step drop adds
+  work to (issue 20: under 1 % of a step);
 - the floor: only the per-experience bookkeeping that OpenRLHF's ``Experience`` API
   requires of any implementation (gather the inputs, hand out 2 per-token tensors and 4
   info values per experience), no arithmetic.
@@ -66,8 +67,7 @@ P_OURS = "advbudget_group_norm"
 P_BUDGET = "reward_budget"
 P_COPIES = "advbudget_group_norm, copies"
 P_FLOOR = "floor: bookkeeping only"
-P_DROP = "reward_budget, drop"
-PATHS = (P_OPENRLHF, P_OURS, P_BUDGET, P_COPIES, P_FLOOR, P_DROP)
+PATHS = (P_OPENRLHF, P_OURS, P_BUDGET, P_COPIES, P_FLOOR)
 
 
 def import_openrlhf() -> tuple[Any, Any]:
@@ -173,7 +173,6 @@ def path_calls(module: Any, adapter: Any, length: int) -> dict[str, Callable[[li
     theirs = make_maker(module, "group_norm", length)
     ours = make_maker(module, "advbudget_group_norm", length)
     budget = make_maker(module, "reward_budget", length)
-    drop = make_maker(module, "reward_budget", length, skipped_groups="drop")
 
     def copies(experiences: list[Any]) -> Any:
         saved = _advantages._ray_ships_views_compactly
@@ -189,7 +188,6 @@ def path_calls(module: Any, adapter: Any, length: int) -> dict[str, Callable[[li
         P_BUDGET: lambda e: adapter.compute_advantages_and_returns(budget, e),
         P_COPIES: copies,
         P_FLOOR: lambda e: bookkeeping_floor(e, _advantages),
-        P_DROP: lambda e: adapter.compute_advantages_and_returns(drop, e),
     }
 
 
@@ -250,20 +248,25 @@ def compute_ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return ratios
 
 
-def drop_costs(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``reward_budget, drop`` / ``reward_budget``: what drop adds to the advantage step."""
-    timed = {(r["path"], r["n"], r["length"], r["micro_batch"]): r["median_ms"] for r in results}
-    return [
-        {
-            "ratio": f"{P_DROP} / {P_BUDGET}",
-            "n": n,
-            "length": length,
-            "micro_batch": micro,
-            "value": timed[(P_DROP, n, length, micro)] / timed[(P_BUDGET, n, length, micro)],
-        }
-        for (path, n, length, micro) in sorted(timed)
-        if path == P_DROP and (P_BUDGET, n, length, micro) in timed
-    ]
+def drop_cost(module: Any, adapter: Any, batch: list[Any], length: int, repeats: int) -> float:
+    """Median time of ``reward_budget`` with drop over without, on ``batch`` with every
+    other group made dead, the two timed alternately (the machine's drift hits both)."""
+    import torch
+
+    dead = copy.deepcopy(batch)
+    for experience in dead:
+        is_dead = torch.tensor([(slot // GROUP_SIZE) % 2 == 1 for slot in experience.index])
+        experience.rewards = torch.where(is_dead, 1.0, experience.rewards)
+    keep = make_maker(module, "reward_budget", length)
+    drop = make_maker(module, "reward_budget", length, skipped_groups="drop")
+    times: dict[str, list[float]] = {"keep": [], "drop": []}
+    for i in range(max(repeats, 3) * 2):
+        order = (("keep", keep), ("drop", drop)) if i % 2 else (("drop", drop), ("keep", keep))
+        for name, maker in order:
+            times[name] += time_call(
+                lambda e, m=maker: adapter.compute_advantages_and_returns(m, e), dead, 1
+            )
+    return statistics.median(times["drop"]) / statistics.median(times["keep"])
 
 
 def markdown_report(payload: dict[str, Any]) -> str:
@@ -311,7 +314,8 @@ def markdown_report(payload: dict[str, Any]) -> str:
     if payload.get("drop_costs"):
         lines += [
             "",
-            f"## What drop adds to the advantage step ({P_DROP} / {P_BUDGET})",
+            f"## What drop adds to the advantage step ({P_BUDGET}, half the groups dead: "
+            "drop / keep)",
             "",
             "| N | L | B | ratio |",
             "|---:|---:|---:|---:|",
@@ -386,7 +390,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     module, adapter = import_openrlhf()
-    results, problems = [], []
+    results, problems, drop_costs = [], [], []
     for n, length, micro in itertools.product(args.sizes, args.lengths, args.micro_batches):
         batch = make_experiences(n, length, micro, args.seed)
         calls = path_calls(module, adapter, length)
@@ -404,13 +408,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 }
             )
             print(f"N={n:,} L={length} B={micro} {path:<32} {results[-1]['median_ms']:9.2f} ms")
+        cost = drop_cost(module, adapter, batch, length, args.repeats)
+        drop_costs.append({"n": n, "length": length, "micro_batch": micro, "value": cost})
+        print(f"N={n:,} L={length} B={micro} drop / keep (half dead) {cost:9.3f}")
     payload = {
         "machine": machine_info(),
         "group_size": GROUP_SIZE,
         "kl_coef": KL_COEF,
         "results": results,
         "ratios": compute_ratios(results),
-        "drop_costs": drop_costs(results),
+        "drop_costs": drop_costs,
         "problems": problems,
     }
     write_atomic(args.output, json.dumps(payload, indent=2) + "\n")

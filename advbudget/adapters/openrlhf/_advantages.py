@@ -209,12 +209,14 @@ def compute_advantages_and_returns(
         experience.info.update((key, values[start:end]) for key, values in metrics.items())
         experience.kl = None
     if drop:
-        _drop_skipped_rows(maker, experiences, result.valid, sizes)
+        _drop_skipped_rows(maker, experiences, result.valid, layout, mask)
     _remember_for_kappa(maker, experiences, result)
     return experiences
 
 
-def _drop_skipped_rows(maker: Any, experiences: list[Any], valid: Any, sizes: list[int]) -> None:
+def _drop_skipped_rows(
+    maker: Any, experiences: list[Any], valid: Any, layout: _Layout, mask: Any
+) -> None:
     """``--advbudget.skipped_groups drop``: zero the action mask of every skipped row.
 
     OpenRLHF 0.11.2 reads the mask for every term of the actor's loss and for both of its
@@ -225,7 +227,7 @@ def _drop_skipped_rows(maker: Any, experiences: list[Any], valid: Any, sizes: li
     normaliser alike, as if the batch held only the kept groups. The rows stay in the batch
     (every DP rank keeps its micro-batch count: DeepSpeed's steps stay in lockstep); a
     micro-batch or a whole step with no kept token is guarded by the patch
-    (:func:`._patch.aggregate_loss_guarded`)."""
+    (``_patch._wrap_aggregate_loss``)."""
     if not getattr(maker, "_advbudget_drop_logged", False):
         maker._advbudget_drop_logged = True
         _logger.info(
@@ -237,16 +239,17 @@ def _drop_skipped_rows(maker: Any, experiences: list[Any], valid: Any, sizes: li
         )
     import torch
 
-    # Each experience's count of skipped rows in one pass: only those with some are touched.
+    # One product over the stacked masks (``mask``), then each experience with a skipped
+    # row gets its rows of it, as a tensor of its own (a slice would carry the batch).
+    zeroed = mask * valid[:, None].to(mask.dtype)
     skipped = torch.cumsum((~valid).to(torch.int64), 0)
-    ends = torch.tensor(list(itertools.accumulate(sizes)), device=skipped.device) - 1
-    totals = skipped[ends]
+    ends = list(itertools.accumulate(layout.sizes))
+    totals = skipped[torch.tensor(ends) - 1]
     counts = torch.diff(totals, prepend=totals.new_zeros(1)).tolist()
-    parts = zip(experiences, valid.split(sizes), counts, strict=True)
-    for experience, keep, count in parts:
+    parts = zip(experiences, ends, layout.sizes, layout.widths, counts, strict=True)
+    for experience, end, size, width, count in parts:
         if count:
-            mask = experience.action_mask
-            experience.action_mask = mask.masked_fill(~keep.to(mask.device)[:, None], 0)
+            experience.action_mask = zeroed[end - size : end, :width].clone()
 
 
 def _inputs(name: str, core: str, experiences: list[Any], rewards: Any) -> dict[str, Any]:
