@@ -11,6 +11,10 @@ longest response, KL terms in the reward, float32, CPU):
   as they run in training: Ray's zero-copy tensor serialisation on (OpenRLHF's runtime env),
   so experiences get views of batch tensors;
 - ``advbudget_group_norm`` with copies (what runs when that serialisation is off);
+- apart, ``reward_budget`` with ``--advbudget.skipped_groups drop`` over ``reward_budget``
+  on the same experiences with half the groups dead (all rewards 1): what zeroing the
+  skipped rows' action masks adds to the advantage step, the only part of a step drop adds
+  work to (issue 20: under 1 % of a step);
 - the floor: only the per-experience bookkeeping that OpenRLHF's ``Experience`` API
   requires of any implementation (gather the inputs, hand out 2 per-token tensors and 4
   info values per experience), no arithmetic.
@@ -84,7 +88,7 @@ def import_openrlhf() -> tuple[Any, Any]:
     return module, adapter
 
 
-def make_maker(module: Any, estimator: str, length: int) -> Any:
+def make_maker(module: Any, estimator: str, length: int, skipped_groups: str = "keep") -> Any:
     """A real ``RemoteExperienceMaker`` with the args it reads (0.11.2's defaults)."""
     from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
 
@@ -98,6 +102,7 @@ def make_maker(module: Any, estimator: str, length: int) -> Any:
             overlong_penalty_factor=1.0,
             stop_properly_penalty_coef=None,
         ),
+        advbudget=SimpleNamespace(skipped_groups=skipped_groups),
     )
     maker = object.__new__(module.RemoteExperienceMaker)
     maker.strategy = SimpleNamespace(args=args)
@@ -243,6 +248,27 @@ def compute_ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return ratios
 
 
+def drop_cost(module: Any, adapter: Any, batch: list[Any], length: int, repeats: int) -> float:
+    """Median time of ``reward_budget`` with drop over without, on ``batch`` with every
+    other group made dead, the two timed alternately (the machine's drift hits both)."""
+    import torch
+
+    dead = copy.deepcopy(batch)
+    for experience in dead:
+        is_dead = torch.tensor([(slot // GROUP_SIZE) % 2 == 1 for slot in experience.index])
+        experience.rewards = torch.where(is_dead, 1.0, experience.rewards)
+    keep = make_maker(module, "reward_budget", length)
+    drop = make_maker(module, "reward_budget", length, skipped_groups="drop")
+    times: dict[str, list[float]] = {"keep": [], "drop": []}
+    for i in range(max(repeats, 3) * 2):
+        order = (("keep", keep), ("drop", drop)) if i % 2 else (("drop", drop), ("keep", keep))
+        for name, maker in order:
+            times[name] += time_call(
+                lambda e, m=maker: adapter.compute_advantages_and_returns(m, e), dead, 1
+            )
+    return statistics.median(times["drop"]) / statistics.median(times["keep"])
+
+
 def markdown_report(payload: dict[str, Any]) -> str:
     machine = payload["machine"]
     lines = [
@@ -285,6 +311,19 @@ def markdown_report(payload: dict[str, Any]) -> str:
             f"| {path} | {r['n']:,} | {r['length']} | {r['micro_batch']} | "
             f"{r['value']:.1f}x | {met} |"
         )
+    if payload.get("drop_costs"):
+        lines += [
+            "",
+            f"## What drop adds to the advantage step ({P_BUDGET}, half the groups dead: "
+            "drop / keep)",
+            "",
+            "| N | L | B | ratio |",
+            "|---:|---:|---:|---:|",
+        ]
+        lines += [
+            f"| {r['n']:,} | {r['length']} | {r['micro_batch']} | {r['value']:.3f} |"
+            for r in payload["drop_costs"]
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -351,7 +390,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     module, adapter = import_openrlhf()
-    results, problems = [], []
+    results, problems, drop_costs = [], [], []
     for n, length, micro in itertools.product(args.sizes, args.lengths, args.micro_batches):
         batch = make_experiences(n, length, micro, args.seed)
         calls = path_calls(module, adapter, length)
@@ -369,12 +408,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 }
             )
             print(f"N={n:,} L={length} B={micro} {path:<32} {results[-1]['median_ms']:9.2f} ms")
+        cost = drop_cost(module, adapter, batch, length, args.repeats)
+        drop_costs.append({"n": n, "length": length, "micro_batch": micro, "value": cost})
+        print(f"N={n:,} L={length} B={micro} drop / keep (half dead) {cost:9.3f}")
     payload = {
         "machine": machine_info(),
         "group_size": GROUP_SIZE,
         "kl_coef": KL_COEF,
         "results": results,
         "ratios": compute_ratios(results),
+        "drop_costs": drop_costs,
         "problems": problems,
     }
     write_atomic(args.output, json.dumps(payload, indent=2) + "\n")

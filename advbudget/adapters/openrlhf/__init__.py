@@ -10,7 +10,9 @@ see ``docs/guides/openrlhf.md``. The pieces:
   returns semantics, with the group shaping from the core and per-sample metrics;
 - :func:`cumulative_returns`: OpenRLHF's per-token return loop as one reversed cumsum;
 - :func:`install` / :func:`uninstall` / :func:`is_installed`: the patch of OpenRLHF's trainer
-  (advantages, and κ_eff after each update every ``--advbudget.kappa_every`` steps);
+  (advantages; κ_eff after each update every ``--advbudget.kappa_every`` steps; the
+  dynamic filter's decision for ``--advbudget.skipped_groups resample``; loss normalisers
+  that give 0, not NaN, when ``drop`` leaves a step empty);
   :data:`HOOK` is its path for Ray's ``worker_process_setup_hook``, since the trainer runs
   inside a Ray actor;
 - :func:`check_openrlhf_version`: :data:`SUPPORTED_OPENRLHF`, checked by :func:`install`.

@@ -12,7 +12,12 @@ checks, its trainer) with three changes:
   ``--advbudget.kappa_every K`` (log κ_eff every K steps, one extra actor forward over 2
   samples per group; 0 turns it off; default 10), ``--advbudget.solved_reward R`` (the
   reward at which a sample counts as solved in ``advbudget/unsolved_group_fraction`` and
-  ``advbudget/solved_group_fraction``; default 1.0; ``none`` turns the split off) and
+  ``advbudget/solved_group_fraction``; default 1.0; ``none`` turns the split off),
+  ``--advbudget.skipped_groups keep|drop|resample`` (the rows of skipped groups: kept with
+  advantage 0 as OpenRLHF does, dropped from the loss and its normaliser by zeroing their
+  action mask, or resampled by OpenRLHF's dynamic filtering deciding with the estimator's
+  skip rule; default keep), ``--advbudget.max_generation_batches N`` (resample's bound:
+  at most N times the step's prompts generated per step; default 10) and
   ``--advbudget.parse_only`` (parse and run OpenRLHF's argument checks, print the
   estimator, stop before Ray starts; only the parser block of ``train_ppo_ray`` runs, so
   no vLLM or flash-attn is needed);
@@ -38,14 +43,27 @@ from typing import Any
 
 from advbudget.core import estimator_specs, get_spec
 
+from .._options import parse_max_generation_batches, parse_skipped_groups
 from ._advantages import OPENRLHF, estimator_names, is_ours, parse_solved_reward
 from ._parse_only import ParsedOnly, run_main_block
 from ._patch import HOOK, install
+from ._resample import DEFAULT_MAX_GENERATION_BATCHES
 from ._version import check_openrlhf_version
 
 ESTIMATOR_FLAG = "--algo.advantage.estimator"
 DEFAULT_KAPPA_EVERY = OPENRLHF.kappa_every
-_OWN_FLAGS = ("kappa_every", "parse_only", "tie_rtol", "tie_atol", "nan_policy", "solved_reward")
+_OWN_FLAGS = (
+    "kappa_every",
+    "parse_only",
+    "tie_rtol",
+    "tie_atol",
+    "nan_policy",
+    "solved_reward",
+    "skipped_groups",
+    "max_generation_batches",
+)
+SKIPPED_FLAG = "--advbudget.skipped_groups"
+ROUNDS_FLAG = "--advbudget.max_generation_batches"
 
 
 def validate(flat: argparse.Namespace) -> None:
@@ -60,6 +78,7 @@ def validate(flat: argparse.Namespace) -> None:
             raise SystemExit(f"advbudget: {error}") from None
         setattr(flat, "advbudget.solved_reward", "none" if value is None else value)
     estimator = getattr(flat, "algo.advantage.estimator", None)
+    _validate_skipped_groups(flat, estimator is not None and is_ours(estimator))
     if estimator is None or not is_ours(estimator):
         return
     n = getattr(flat, "rollout.n_samples_per_prompt", 1)
@@ -82,6 +101,40 @@ def validate(flat: argparse.Namespace) -> None:
     every = getattr(flat, "advbudget.kappa_every", DEFAULT_KAPPA_EVERY)
     if every < 0:
         raise SystemExit(f"advbudget: --advbudget.kappa_every must be >= 0, got {every}")
+
+
+def _validate_skipped_groups(flat: argparse.Namespace, ours: bool) -> None:
+    """``--advbudget.skipped_groups`` / ``--advbudget.max_generation_batches``, stored back
+    parsed (``keep`` and :data:`DEFAULT_MAX_GENERATION_BATCHES` when not given).
+    ``resample`` turns on OpenRLHF's dynamic filtering, whose decision our patch takes from
+    the estimator's skip rule (:mod:`._resample`)."""
+    mode_given = getattr(flat, "advbudget.skipped_groups", None)
+    rounds_given = getattr(flat, "advbudget.max_generation_batches", None)
+    try:
+        mode = "keep" if mode_given is None else parse_skipped_groups(mode_given, SKIPPED_FLAG)
+        rounds = DEFAULT_MAX_GENERATION_BATCHES
+        if rounds_given is not None:
+            rounds = parse_max_generation_batches(rounds_given, ROUNDS_FLAG)
+    except ValueError as error:
+        raise SystemExit(f"advbudget: {error}") from None
+    if mode != "keep" and not ours:
+        raise SystemExit(
+            f"advbudget: {SKIPPED_FLAG} {mode} needs one of our estimators "
+            "(--algo.advantage.estimator reward_budget or advbudget_NAME), got "
+            f"{getattr(flat, 'algo.advantage.estimator', None)!r}"
+        )
+    if rounds_given is not None and mode != "resample":
+        raise SystemExit(
+            f"advbudget: {ROUNDS_FLAG} bounds the rounds of {SKIPPED_FLAG} resample, got it "
+            f"with {SKIPPED_FLAG} {mode}"
+        )
+    setattr(flat, "advbudget.skipped_groups", mode)
+    setattr(flat, "advbudget.max_generation_batches", rounds)
+    if mode == "resample":
+        # OpenRLHF's switch: its generator then replaces filtered prompts; our patch makes
+        # the decision and bounds the rounds. Its own checks (a remote reward or an agent
+        # function, n > 1) run after this.
+        setattr(flat, "algo.dynamic_filtering_enable", True)
 
 
 def option_flags() -> dict[str, Any]:
@@ -132,6 +185,23 @@ def _patched_parser(parse_only: bool) -> Iterator[None]:
         original_add(self, "--advbudget.nan_policy", choices=("raise", "omit"), default=None)
         original_add(self, "--advbudget.kappa_every", type=int, default=DEFAULT_KAPPA_EVERY)
         original_add(self, "--advbudget.solved_reward", type=str, default=None)
+        original_add(
+            self,
+            SKIPPED_FLAG,
+            type=str,
+            default=None,
+            help="keep (default: advantage 0, in the normaliser, OpenRLHF's behaviour), drop "
+            "(out of the loss and its normaliser) or resample (dynamic filtering with the "
+            "estimator's skip rule) the rows of skipped groups",
+        )
+        original_add(
+            self,
+            ROUNDS_FLAG,
+            type=str,
+            default=None,
+            help=f"resample: at most N times the step's prompts generated per step (default "
+            f"{DEFAULT_MAX_GENERATION_BATCHES})",
+        )
         original_add(self, "--advbudget.parse_only", action="store_true", default=False)
         flat = original_parse(self, *args, **kwargs)
         validate(flat)

@@ -23,7 +23,9 @@ ADDED: ``info["advbudget/..."]``, the advantage metrics of the verl adapter as p
 lists whose sample means OpenRLHF logs (:func:`sample_metrics`; the solved/unsolved split
 at ``--advbudget.solved_reward``, default 1.0, ``none`` turns it off); and, when
 ``--advbudget.kappa_every`` is set, each group's o+ / o- kept on the maker for the κ_eff
-pass after the update (:mod:`._kappa`).
+pass after the update (:mod:`._kappa`); with ``--advbudget.skipped_groups drop``, the
+skipped rows' action mask zeroed (:func:`_drop_skipped_rows`); the run's prompt ledger
+updated and logged (:func:`ledger_metrics`).
 """
 
 from __future__ import annotations
@@ -36,8 +38,14 @@ from typing import Any
 
 from advbudget.core import KappaPairs as CorePairs
 from advbudget.core import compute_advantages, get_convention, get_spec, kappa_pairs, make_groups
-from advbudget.metrics import DEFAULT_SOLVED_REWARD, advantage_metrics, group_outcomes
+from advbudget.metrics import (
+    DEFAULT_SOLVED_REWARD,
+    PromptLedger,
+    advantage_metrics,
+    group_outcomes,
+)
 
+from .._options import parse_skipped_groups
 from .._options import parse_solved_reward as parse_option
 from ._returns import cumulative_returns
 
@@ -45,6 +53,7 @@ _logger = logging.getLogger("advbudget.adapters.openrlhf")
 OPENRLHF = get_convention("openrlhf")
 METRIC_PREFIX = OPENRLHF.metric_prefix
 SOLVED_REWARD_FLAG = "--advbudget.solved_reward"
+SKIPPED_GROUPS_FLAG = "--advbudget.skipped_groups"
 
 
 def estimator_names() -> list[str]:
@@ -79,6 +88,13 @@ def solved_reward(args: Any) -> float | None:
     without our entry point), None when turned off."""
     value = option_value(args, "solved_reward")
     return DEFAULT_SOLVED_REWARD if value is None else parse_solved_reward(value)
+
+
+def skipped_groups(args: Any) -> str:
+    """``--advbudget.skipped_groups``: ``keep`` when not given (also without our entry
+    point), else ``keep``, ``drop`` or ``resample``."""
+    value = option_value(args, "skipped_groups")
+    return "keep" if value is None else parse_skipped_groups(value, SKIPPED_GROUPS_FLAG)
 
 
 def core_estimator(name: str, args: Any = None) -> tuple[str, dict[str, Any]]:
@@ -117,6 +133,7 @@ def compute_advantages_and_returns(
     name = estimator or args.algo.advantage.estimator
     core, options = core_estimator(name, args)
     bar = solved_reward(args)  # a bad value fails before any work
+    drop = skipped_groups(args) == "drop"
     n = int(args.rollout.n_samples_per_prompt)
     if n < 2:
         raise ValueError(f"{name} requires --rollout.n_samples_per_prompt > 1, got {n}")
@@ -166,6 +183,7 @@ def compute_advantages_and_returns(
         "return": reward.sum(-1),
     }
     metrics = sample_metrics(result, solved_reward=bar)
+    metrics.update(ledger_metrics(maker, experiences, result, bar))
     starts = list(itertools.accumulate([0, *sizes[:-1]]))  # each experience's first sample
 
     # Each experience gets views of batch tensors when Ray ships a view's own elements,
@@ -190,8 +208,48 @@ def compute_advantages_and_returns(
         end = start + len(experience.index)
         experience.info.update((key, values[start:end]) for key, values in metrics.items())
         experience.kl = None
+    if drop:
+        _drop_skipped_rows(maker, experiences, result.valid, layout, mask)
     _remember_for_kappa(maker, experiences, result)
     return experiences
+
+
+def _drop_skipped_rows(
+    maker: Any, experiences: list[Any], valid: Any, layout: _Layout, mask: Any
+) -> None:
+    """``--advbudget.skipped_groups drop``: zero the action mask of every skipped row.
+
+    OpenRLHF 0.11.2 reads the mask for every term of the actor's loss and for both of its
+    normalisers (``openrlhf/models/loss.py`` ``aggregate_loss``: masked token sum over the
+    step's mask sum, or per-sequence means over the step's count of sequences with a
+    non-empty mask, ``openrlhf/utils/loss_utils.py`` ``_optimizer_step_loss_norm``): so the
+    policy loss, the KL loss and the entropy term leave these rows out, numerator and
+    normaliser alike, as if the batch held only the kept groups. The rows stay in the batch
+    (every DP rank keeps its micro-batch count: DeepSpeed's steps stay in lockstep); a
+    micro-batch or a whole step with no kept token is guarded by the patch
+    (``_patch._wrap_aggregate_loss``)."""
+    if not getattr(maker, "_advbudget_drop_logged", False):
+        maker._advbudget_drop_logged = True
+        _logger.info(
+            "advbudget: %s drop: rows of skipped groups (and NaN rewards) get an all-zero "
+            "action_mask: out of the policy, KL and entropy losses and their normalisers "
+            "(token-mean: kept tokens; seq-mean-token-mean and gspo: kept sequences); "
+            "OpenRLHF has no constant normaliser",
+            SKIPPED_GROUPS_FLAG,
+        )
+    import torch
+
+    # One product over the stacked masks (``mask``), then each experience with a skipped
+    # row gets its rows of it, as a tensor of its own (a slice would carry the batch).
+    zeroed = mask * valid[:, None].to(mask.dtype)
+    skipped = torch.cumsum((~valid).to(torch.int64), 0)
+    ends = list(itertools.accumulate(layout.sizes))
+    totals = skipped[torch.tensor(ends) - 1]
+    counts = torch.diff(totals, prepend=totals.new_zeros(1)).tolist()
+    parts = zip(experiences, ends, layout.sizes, layout.widths, counts, strict=True)
+    for experience, end, size, width, count in parts:
+        if count:
+            experience.action_mask = zeroed[end - size : end, :width].clone()
 
 
 def _inputs(name: str, core: str, experiences: list[Any], rewards: Any) -> dict[str, Any]:
@@ -268,6 +326,45 @@ def sample_metrics(
         if not math.isnan(batch[name]):
             metrics[name] = [batch[name]] * num
     return {METRIC_PREFIX + name: values for name, values in metrics.items()}
+
+
+LEDGER_ATTR = "_advbudget_prompt_ledger"
+
+
+def prompt_ledger(maker: Any) -> PromptLedger:
+    """The run's :class:`~advbudget.metrics.PromptLedger`, kept on the experience maker
+    (saved with OpenRLHF's checkpoint and restored on resume by the patch)."""
+    ledger = getattr(maker, LEDGER_ATTR, None)
+    if ledger is None:
+        ledger = PromptLedger()
+        setattr(maker, LEDGER_ATTR, ledger)
+    return ledger
+
+
+def ledger_metrics(
+    maker: Any, experiences: list[Any], result: Any, solved_reward: float | None
+) -> dict[str, list[float]]:
+    """Record the batch in the run's prompt ledger, keyed by a hash of each group's prompt
+    text (``experience.prompts``, the text sent to vLLM: the same every epoch) with
+    :func:`~advbudget.metrics.prompt_key`; return its metrics as per-sample lists (every
+    sample the run's value; NaN values left out, as the gap). Nothing when the
+    solved/unsolved split is off or the experiences carry no prompt text."""
+    if solved_reward is None:
+        return {}
+    texts = list(itertools.chain.from_iterable(e.prompts or [] for e in experiences))
+    num = int(result.advantages.shape[0])
+    if len(texts) != num:
+        return {}
+    prompts: list[Any] = [None] * result.num_groups
+    for text, group in zip(texts, result.group_index.tolist(), strict=True):
+        prompts[group] = text
+    ledger = prompt_ledger(maker)
+    ledger.update(prompts, group_outcomes(result, solved_reward))
+    return {
+        METRIC_PREFIX + name: [value] * num
+        for name, value in ledger.metrics().items()
+        if not math.isnan(value)
+    }
 
 
 def _ray_ships_views_compactly() -> bool:

@@ -11,7 +11,9 @@ the engine receives).
 
 Three runs (40-90 s each on 2 shared cores): ``reward_budget`` for 3 steps, then the
 ``advbudget_group_norm`` mirror resumed from its checkpoint for steps 4-5, then 2 steps of
-the async trainer (``--train.async_enable``) with 2 data-parallel ranks. κ_eff every 2 steps
+the async trainer (``--train.async_enable``) with 2 data-parallel ranks and
+``--advbudget.skipped_groups drop`` (masks zeroed on both ranks, the loss normalisers
+patched in the model ranks' processes). κ_eff every 2 steps
 in the first two: step 2, then step 4 (the restored count; a per-run count would give step
 5), every step in the third.
 The reward is the parity of a hash of the response (``cpu_loop/parity_reward.py``): a tiny
@@ -166,7 +168,8 @@ def resumed_run(cpu_dir: Path, budget_run: Run) -> Run:
 @pytest.fixture(scope="module")
 def two_ranks_run(cpu_dir: Path) -> Run:
     """reward_budget, 2 steps of the async trainer (its ``TrainingActor`` inherits
-    ``ppo_train`` too), 2 data-parallel ranks (actor and reference), κ_eff each step."""
+    ``ppo_train`` too), 2 data-parallel ranks (actor and reference), κ_eff each step,
+    skipped groups dropped."""
     other = cpu_dir / "two-ranks"
     other.mkdir()
     for reused in ("tiny-qwen3", "data"):  # built by the first run
@@ -174,7 +177,14 @@ def two_ranks_run(cpu_dir: Path) -> Run:
             os.symlink(cpu_dir / reused, other / reused)
     return checked(
         run_example(
-            other, "--train.async_enable", BUDGET="1", TOTAL_STEPS="2", NGPUS="2", KAPPA_EVERY="1"
+            other,
+            "--train.async_enable",
+            "--advbudget.skipped_groups",
+            "drop",
+            BUDGET="1",
+            TOTAL_STEPS="2",
+            NGPUS="2",
+            KAPPA_EVERY="1",
         )
     )
 
@@ -207,6 +217,11 @@ def test_every_advbudget_metric_every_step(case: Any) -> None:
         status = run.steps[step]
         assert set(status) >= ADVANTAGE_METRICS, (step, sorted(status))
         assert status["advbudget/skipped_group_fraction"] < 1.0  # the reward varies in groups
+        # The prompt ledger: one episode, so no prompt recurs within a run (the resumed
+        # run counts on from the checkpoint's ledger: test_checkpoint_saved_and_resumed).
+        if steps[0] == 1:
+            assert status["advbudget/recurring_prompts"] == 0.0
+        assert "advbudget/recurring_prompts" in status
         assert "policy_loss" in status  # the update ran
         assert "actor_grad_norm" in status
 
@@ -245,6 +260,21 @@ def test_checkpoint_saved_and_resumed(cpu_dir: Path, budget_run: Run, resumed_ru
     assert resumed_run.weights[1][1] == budget_run.weights[-1][1]
     assert sorted(resumed_run.steps) == [4, 5]
     assert (cpu_dir / "run" / "ckpt" / "_actor" / "global_step5").is_dir()
+    # The prompt ledger went into the step-3 checkpoint (6 prompts seen) and came back:
+    # OpenRLHF logs the restored client states (ppo_trainer.py:439).
+    restored = re.search(
+        r"checkpoint_states: .*'advbudget_prompt_ledger': (\{[^{}]*\})", resumed_run.log
+    )
+    assert restored, resumed_run.tail()
+    assert len(ast.literal_eval(restored[1])["keys"]) == 6
+
+
+def test_drop_trains_on_finite_losses_on_two_ranks(two_ranks_run: Run) -> None:
+    """drop on 2 ranks: every step updates, and no logged value is NaN (a micro-batch of
+    dropped rows gives 0 metrics, not 0/0; ``parse_run`` reads nan as None)."""
+    for step, status in two_ranks_run.steps.items():
+        assert None not in status.values(), (step, status)
+        assert status["advbudget/valid_fraction"] <= 1.0
 
 
 def test_two_data_parallel_ranks(two_ranks_run: Run) -> None:

@@ -1,0 +1,134 @@
+"""``--advbudget.skipped_groups resample``: OpenRLHF's dynamic filtering, deciding with the
+estimator's own skip rule and bounded by ``--advbudget.max_generation_batches``.
+
+OpenRLHF 0.11.2's filter (``SamplesGenerator._generate_vllm``,
+``openrlhf/trainer/ppo_utils/samples_generator.py`` lines 140-193) keeps a prompt when the
+mean of its samples' ``scores`` lies strictly inside ``--algo.dynamic_filtering_range``
+and sends one new prompt for each prompt it drops, with no bound but the end of the
+dataloader. A mean-in-range rule is not the estimator's rule: graded rewards tie at any
+mean, and ties within ``tie_rtol``/``tie_atol`` are skipped by the core. So, for our
+estimators with ``resample``, :func:`generate` replaces that method: the same flow
+(dispatch the prompts, take each prompt's samples as they arrive, send a new prompt for
+each dropped one) with two changes:
+
+- the decision is :func:`group_kept`: the core's ``group_skipped`` on the group's
+  ``rewards`` (the estimator's input, not ``scores``), with the estimator's options (tie
+  tolerance, ``nan_policy``), at the dtype the advantage step uses. A group without
+  rewards at generation time is kept (as OpenRLHF does). The length penalties
+  (``--reward.overlong_buffer_len``, ``--reward.stop_properly_penalty_coef``) apply later,
+  in the advantage step, so the filter sees the rewards before them;
+- new prompts stop once ``max_generation_batches`` times the step's prompts have been sent
+  (a "generation batch": the step's prompts; OpenRLHF replaces prompt by prompt, so the
+  rounds are ``prompts sent / step's prompts``, a fraction); the step then trains on the
+  groups it kept, with a warning naming the counts. The rounds go to the trainer's status
+  as ``advbudget/generation_batches`` (sync trainer; the async trainer generates in
+  another actor, where only the warning shows).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from advbudget.core import compute_advantages, make_groups
+
+from .._options import parse_max_generation_batches
+from ._advantages import _inputs, core_estimator
+
+_logger = logging.getLogger("advbudget.adapters.openrlhf")
+ROUNDS_FLAG = "--advbudget.max_generation_batches"
+DEFAULT_MAX_GENERATION_BATCHES = 10
+ROUNDS_METRIC = "advbudget/generation_batches"
+_ROUNDS_ATTR = "_advbudget_generation_batches"
+
+
+def max_generation_batches(args: Any) -> int:
+    """``--advbudget.max_generation_batches`` (default :data:`DEFAULT_MAX_GENERATION_BATCHES`)."""
+    value = getattr(getattr(args, "advbudget", None), "max_generation_batches", None)
+    if value is None:
+        return DEFAULT_MAX_GENERATION_BATCHES
+    return parse_max_generation_batches(value, ROUNDS_FLAG)
+
+
+def group_kept(experiences: list[Any], args: Any) -> bool:
+    """Whether the estimator keeps one prompt's group: ``experiences`` are its samples
+    (OpenRLHF's one-row ``Experience`` objects from the rollout). A group with a sample
+    without reward is kept (nothing to decide on)."""
+    import torch
+
+    if not experiences or any(e.rewards is None for e in experiences):
+        return True
+    rewards = torch.cat([e.rewards.reshape(-1) for e in experiences])
+    rewards = rewards.to(torch.promote_types(rewards.dtype, torch.float32))
+    name = args.algo.advantage.estimator
+    core, options = core_estimator(name, args)
+    groups = make_groups(rewards, group_size=len(rewards))
+    inputs = _inputs(name, core, experiences, rewards)
+    result = compute_advantages(rewards, core, groups=groups, **options, **inputs)
+    return not bool(result.group_skipped[0])
+
+
+def generate(
+    generator: Any, dataloader_iter: Any, num_prompts: int, **generate_kwargs: Any
+) -> tuple[list[Any], int, bool]:
+    """``SamplesGenerator._generate_vllm`` with dynamic filtering, our decision and bound:
+    returns (kept samples, prompts sent, dataloader exhausted) as OpenRLHF's does."""
+    import ray
+    from openrlhf.trainer.ppo_utils.samples_generator import _collect_prompt_batch
+
+    args = generator.args
+    limit = max_generation_batches(args)
+    prompts, labels, images, exhausted = _collect_prompt_batch(dataloader_iter, num_prompts)
+    setattr(generator, _ROUNDS_ATTR, None)
+    if not prompts:
+        return [], 0, True
+    target = len(prompts)
+    sent = target
+    pending = list(
+        generator._dispatch_prompts_to_vllm(prompts, labels, images=images, **generate_kwargs)
+    )
+    kept: list[Any] = []
+    kept_groups = 0
+    while pending:
+        ready, pending = ray.wait(pending, num_returns=1, timeout=10.0)
+        for ref in ready:
+            group = [
+                generator._process_response_into_experience(response, **generate_kwargs)
+                for response in ray.get(ref)
+            ]
+            if group_kept(group, args):
+                kept.extend(group)
+                kept_groups += 1
+            elif sent < limit * target and not exhausted:
+                more, more_labels, more_images, exhausted = _collect_prompt_batch(
+                    dataloader_iter, 1
+                )
+                sent += len(more)
+                if more:
+                    pending.extend(
+                        generator._dispatch_prompts_to_vllm(
+                            more, more_labels, images=more_images, **generate_kwargs
+                        )
+                    )
+    rounds = sent / target
+    setattr(generator, _ROUNDS_ATTR, rounds)
+    if kept_groups < target:
+        why = "the dataloader ran out" if exhausted else f"{ROUNDS_FLAG} {limit} reached"
+        _logger.warning(
+            "advbudget: resample: %d of %d groups kept after %d prompts (%.2f generation "
+            "batches; %s): training on %d groups",
+            kept_groups,
+            target,
+            sent,
+            rounds,
+            why,
+            kept_groups,
+        )
+    return kept, sent, exhausted
+
+
+def rounds_status(trainer: Any) -> dict[str, float]:
+    """``{advbudget/generation_batches: rounds}`` of the trainer's last generation (empty
+    when its generator did not resample, or lives in another actor)."""
+    rounds = getattr(getattr(trainer, "samples_generator", None), _ROUNDS_ATTR, None)
+    return {} if rounds is None else {ROUNDS_METRIC: float(rounds)}
