@@ -226,6 +226,14 @@ RULES: list[tuple[str, Run | Covered]] = [
         ),
     ),
     (
+        r"trainer\.use_v1=true trainer\.v1\.trainer_mode=advbudget_sync"
+        r"|\+algorithm\.advbudget\.(skipped_groups|max_generation_batches)=\S+",
+        Covered(
+            "tests/adapters/verl/test_guide.py::test_the_skipped_groups_block_composes_and_validates",
+            "hydra composition and our config check",
+        ),
+    ),
+    (
         r"data\.train_files=\S+ data\.val_files=\S+|\+ray_kwargs\.\S+",
         Covered(
             "tests/adapters/verl/test_guide.py::test_the_data_and_worker_lines_compose",
