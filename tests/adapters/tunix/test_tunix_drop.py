@@ -7,6 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+pytest.importorskip("tunix")  # its own environment: make test-tunix
+
 from .conftest import TUNIX_WARNINGS
 
 pytestmark = TUNIX_WARNINGS

@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+pytest.importorskip("tunix")  # its own environment: make test-tunix
+
 from .conftest import TUNIX_WARNINGS
 
 pytestmark = TUNIX_WARNINGS

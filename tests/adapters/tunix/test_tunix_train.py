@@ -9,6 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+pytest.importorskip("tunix")  # its own environment: make test-tunix
+
 from .conftest import TUNIX_WARNINGS
 
 pytestmark = [pytest.mark.slow, TUNIX_WARNINGS]
