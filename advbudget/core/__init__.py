@@ -1,9 +1,11 @@
 """The framework-agnostic core: estimators on the Python Array API standard.
 
-Data flow, one module per step: ``_groups`` (who belongs to which prompt) -> ``_stats``
+Data flow, one module per step: ``_labels`` (group ids to dense codes) and ``_groups``
+(who belongs to which prompt: contiguous, permuted, segmented or padded) -> ``_stats``
 (group statistics) -> ``_estimators`` (the maths), named in ``_catalogue`` (options,
 inputs, skip rules) -> ``_compute`` (checks and orchestration) -> ``_result``; per-framework
-conventions in ``_conventions``; the public functions in ``_advantages``.
+conventions in ``_conventions``; the public functions in ``_advantages``. Argument
+checks come from :mod:`advbudget.checks`, shared with the rest of the library.
 """
 
 from ._advantages import (
