@@ -72,7 +72,7 @@ def test_load_local_benchmarks(tmp_path):
 def test_benchmark_errors(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"problem": "a", "answer": "1"}\nnot json\n')
-    with pytest.raises(ValueError, match=r"bad.jsonl:2: not a JSON object"):
+    with pytest.raises(ValueError, match=r"bad.jsonl, line 2: not valid JSON"):
         load_benchmark(str(bad))
     no_answer = write_jsonl(tmp_path / "no_answer.jsonl", [{"problem": "a", "solution": "1"}])
     with pytest.raises(
@@ -133,10 +133,10 @@ def test_evaluate_scores_exactly(tmp_path):
 def test_score_generations_errors(tmp_path):
     path = tmp_path / "g.jsonl"
     path.write_text('{"benchmark": "b", "answer": "1", "samples": ["Answer: 1"]}\n{oops\n')
-    with pytest.raises(ValueError, match=r"g.jsonl:2: not a JSON object"):
+    with pytest.raises(ValueError, match=r"g.jsonl, line 2: not valid JSON"):
         score_generations(path)
     path.write_text('{"benchmark": "b", "samples": ["x"]}\n')
-    with pytest.raises(ValueError, match=r"g.jsonl:1: missing field 'answer'"):
+    with pytest.raises(ValueError, match=r"g.jsonl, line 1: missing field 'answer'"):
         score_generations(path)
     path.write_text('{"benchmark": "b", "answer": "1", "samples": "Answer: 1"}\n')
     with pytest.raises(ValueError, match=r"'samples' must be a list of strings"):

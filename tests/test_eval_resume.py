@@ -172,7 +172,7 @@ def test_resume_drops_a_torn_line_and_refuses_a_corrupt_one(tmp_path):
     run(bench, out, Scripted(), resume=True)
     assert generations(out) == generations(_fresh(bench, tmp_path))
     path.write_bytes(good[: good.index(b"\n") + 1] + b"{oops\n" + good[good.index(b"\n") + 1 :])
-    with pytest.raises(ValueError, match=r"generations.jsonl:2: not a JSON object"):
+    with pytest.raises(ValueError, match=r"generations.jsonl, line 2: not valid JSON"):
         run(bench, out, Scripted(), resume=True)
 
 

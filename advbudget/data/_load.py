@@ -9,6 +9,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .._jsonl import json_lines
 from ._problems import (
     DAPO_ABILITY,
     DAPO_DATA_SOURCE,
@@ -181,19 +182,8 @@ def _json_rows(path: Path) -> tuple[str, list[str], Rows]:
 
 
 def _json_lines_rows(path: Path) -> Rows:
-    with path.open(encoding="utf-8-sig") as file:
-        for number, line in enumerate(file, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}, line {number}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise DataError(
-                    f"{where}: not valid JSON ({error.msg} at column {error.colno}); expected "
-                    f"one JSON object a line, got {_clip(line)!r}"
-                ) from None
-            yield where, _as_object(row, where)
+    for number, row in json_lines(path, error=DataError):
+        yield f"{path}, line {number}", row
 
 
 def _json_array_rows(path: Path) -> Rows:

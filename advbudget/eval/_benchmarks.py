@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._jsonl import json_lines
+
 
 @dataclass(frozen=True)
 class BenchmarkSource:
@@ -91,21 +93,9 @@ def _read_rows(path: Path) -> list[dict[str, Any]]:
 
 
 def read_jsonl(path: Path, text: str | None = None) -> list[tuple[int, dict[str, Any]]]:
-    """``(line number, object)`` for each non-blank line; errors name the file and line."""
-    if text is None:
-        text = Path(path).read_text(encoding="utf-8")
-    rows = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path}:{number}: not a JSON object ({error.msg})") from None
-        if not isinstance(row, dict):
-            raise ValueError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
-        rows.append((number, row))
-    return rows
+    """``(line number, object)`` for each non-blank line; errors name the file and line
+    (:func:`advbudget._jsonl.json_lines`)."""
+    return list(json_lines(path, text))
 
 
 def _problems(

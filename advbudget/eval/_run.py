@@ -362,19 +362,23 @@ class _Journal:
                 if number == len(lines):  # a torn last write that ended in a newline
                     good = data.rindex(line, 0, good)
                     break
-                raise ResumeError(f"--resume: {self.path}:{number}: not a JSON object") from None
+                raise ResumeError(
+                    f"--resume: {self.path}, line {number}: not valid JSON (a corrupt line, "
+                    "not a torn last write)"
+                ) from None
             key = (record.get("benchmark"), record.get("index"))
             problem = by_key.get(key)
             if problem is None or record.get("problem") != problem.problem:
                 raise ResumeError(
-                    f"--resume: {self.path}:{number}: problem {key} is not in these benchmarks"
+                    f"--resume: {self.path}, line {number}: problem {key} is not in these "
+                    "benchmarks"
                 )
             if key in self.done:
-                raise ResumeError(f"--resume: {self.path}:{number}: problem {key} twice")
+                raise ResumeError(f"--resume: {self.path}, line {number}: problem {key} twice")
             samples = record.get("samples")
             if not isinstance(samples, list) or len(samples) != self.settings["n"]:
                 raise ResumeError(
-                    f"--resume: {self.path}:{number}: expected {self.settings['n']} samples"
+                    f"--resume: {self.path}, line {number}: expected {self.settings['n']} samples"
                 )
             self.done[key] = record
         if good < len(data):  # drop the torn tail before appending
@@ -461,12 +465,12 @@ def score_generations(
     for number, record in read_jsonl(Path(path)):
         for key in ("benchmark", "answer", "samples"):
             if key not in record:
-                raise ValueError(f"{path}:{number}: missing field {key!r}")
+                raise ValueError(f"{path}, line {number}: missing field {key!r}")
         samples = record["samples"]
         if not isinstance(samples, list) or not all(isinstance(s, str) for s in samples):
-            raise ValueError(f"{path}:{number}: 'samples' must be a list of strings")
+            raise ValueError(f"{path}, line {number}: 'samples' must be a list of strings")
         if not samples:
-            raise ValueError(f"{path}:{number}: 'samples' is empty")
+            raise ValueError(f"{path}, line {number}: 'samples' is empty")
         record["correct"] = grade(samples, str(record["answer"]), grader)
         records.append(record)
     if not records:

@@ -284,7 +284,8 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
         local = slice(start, start + local_size)
         result = self._advantages(rewards, group_size)
         self._replace_logged_advantages(result.advantages)
-        seen = [(result, self._group_prompts(inputs, group_size))]
+        prompts = self._group_prompts(inputs, group_size) if mode == "train" else []
+        seen = [(result, prompts)]
         if mode == "train" and self.skipped_groups == "resample":
             output, rewards, seen = self._resample(output, rewards, seen, group_size, local)
             result = self._advantages(rewards, group_size)
