@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -18,10 +19,10 @@ from ._cli_errors import (
     cli_errors,
     missing_dependency,
 )
+from ._cli_estimators import parse_estimators
 from ._cli_help import reflow_help
 from ._cli_tables import fit_width
 from .core import estimator_names, get_spec
-from .core._catalogue import all_names
 from .data._cli import app as data_app
 from .eval._cli import eval_command
 from .eval._compare import compare_command
@@ -67,7 +68,7 @@ def estimators(
 ) -> None:
     """List every estimator of the catalogue (plugins included) and its names in each trainer."""
     from ._estimators_page import estimators_markdown
-    from .core import CONVENTIONS, get_spec
+    from .core import CONVENTIONS
 
     if markdown:
         typer.echo(estimators_markdown(), nl=False)
@@ -109,21 +110,11 @@ def explain(
     then the exact expected update slope dJ/dp over the success probability p (docs:
     Method and theory): budgeting's equals f'_{G-1}(p), Dr's is flat, GRPO's is U-shaped.
     """
-    names = [name.strip() for name in estimators.split(",") if name.strip()]
-    unknown = [name for name in names if name not in all_names()]  # aliases are fine
-    if unknown:
-        raise typer.BadParameter(
-            f"expected names from {estimator_names()}, got {unknown}", param_hint="--estimators"
-        )
-    for name in names:
-        needs = [i.name for i in get_spec(name).inputs if i.required]
-        if needs:
-            raise typer.BadParameter(
-                f"{name} needs per-rollout inputs ({', '.join(needs)}) beside the binary "
-                "reward; explain shows estimators of the reward alone (in Python: "
-                f"advbudget.theory.implied_slope({name!r}, G, p, {needs[0]}=...))",
-                param_hint="--estimators",
-            )
+    names = parse_estimators(
+        estimators,
+        rewards_only="explain shows estimators of the reward alone (in Python: "
+        "advbudget.theory.implied_slope(name, G, p, <input>=...))",
+    )
     if plot is not None:
         _check_plot(plot)
     console = Console()
@@ -193,7 +184,7 @@ def _check_plot(path: Path) -> None:
 def _plot(
     path: Path,
     group_size: int,
-    names: list[str],
+    names: Sequence[str],
     tables: dict[str, tuple[np.ndarray, np.ndarray]],
 ) -> None:
     try:

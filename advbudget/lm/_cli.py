@@ -13,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .._cli_errors import CommandError, check_output_dir, cli_errors, missing_dependency
+from .._cli_estimators import parse_estimators
 from ._config import PRESETS, LMConfig, lm_config
 from ._experiment import DEAD_GROUP_KEYS, LEDGER_KEYS
 
@@ -23,20 +24,6 @@ app = typer.Typer(
 )
 
 DEFAULT_CACHE = Path("~/.cache/advbudget/lm")
-
-
-def _estimator_names(text: str) -> tuple[str, ...]:
-    from ..core import estimator_names
-    from ..core._catalogue import all_names
-
-    names = tuple(name.strip() for name in text.split(",") if name.strip())
-    unknown = [name for name in names if name not in all_names()]
-    if unknown or not names:
-        raise typer.BadParameter(
-            f"expected names from {estimator_names()}, got {list(unknown) or text!r}",
-            param_hint="--estimators",
-        )
-    return names
 
 
 @app.command("lm")
@@ -103,7 +90,9 @@ def lm_command(
         )
     overrides: dict[str, Any] = {}
     if estimators is not None:
-        overrides["estimators"] = _estimator_names(estimators)
+        overrides["estimators"] = parse_estimators(
+            estimators, rewards_only="the LM experiment's rewards come from its verifier alone"
+        )
     if seeds is not None:
         overrides["seeds"] = tuple(range(seeds))
     if steps is not None:

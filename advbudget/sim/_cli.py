@@ -16,8 +16,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .._cli_errors import atomic_output, check_output_dir, cli_errors
+from .._cli_estimators import parse_estimators
 from .._machine import machine_info
-from ..core import estimator_names, get_estimator
 from . import _report
 from ._experiment import (
     EXPERIMENTS,
@@ -233,14 +233,7 @@ def simulate_command(
 def _estimator_names(text: str | None) -> tuple[str, ...] | None:
     if text is None:
         return None
-    names = tuple(name.strip() for name in text.split(",") if name.strip())
-    unknown = [name for name in names if not _is_estimator(name)]
-    if unknown or not names:
-        raise typer.BadParameter(
-            f"expected names from {estimator_names()}, got {list(names) or text!r}",
-            param_hint="--estimators",
-        )
-    return names
+    return parse_estimators(text, rewards_only="the lab's rewards are binary, nothing else")
 
 
 def _experiment_config(
@@ -440,11 +433,3 @@ def map_table(data: dict[str, Any], other: str) -> Table:
     for row in _report.map_rows(data, other):
         table.add_row(*row)
     return table
-
-
-def _is_estimator(name: str) -> bool:
-    try:
-        get_estimator(name)  # also knows the aliases (dr_grpo, group_norm, ...)
-    except ValueError:
-        return False
-    return True

@@ -1,0 +1,36 @@
+"""The one parser of ``--estimators a,b`` lists for every command."""
+
+from __future__ import annotations
+
+import typer
+
+from .core import estimator_names, get_spec
+from .core._catalogue import all_names
+
+__all__ = ["parse_estimators"]
+
+
+def parse_estimators(
+    text: str, *, rewards_only: str | None = None, option: str = "--estimators"
+) -> tuple[str, ...]:
+    """The names of ``text`` (comma-separated; names and aliases of the catalogue, plugins
+    included). Unknown names, an empty list and, when ``rewards_only`` (why the command
+    needs it) is given, estimators that need per-rollout inputs beside the reward fail
+    with typer's usage error naming ``option`` and the offending names."""
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in all_names()]
+    if unknown or not names:
+        raise typer.BadParameter(
+            f"expected names from {estimator_names()}, got {unknown or repr(text)}",
+            param_hint=option,
+        )
+    if rewards_only is not None:
+        for name in names:
+            needs = [i.name for i in get_spec(name).inputs if i.required]
+            if needs:
+                raise typer.BadParameter(
+                    f"{name} needs per-rollout inputs ({', '.join(needs)}) beside the "
+                    f"reward; {rewards_only}",
+                    param_hint=option,
+                )
+    return names
