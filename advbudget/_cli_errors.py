@@ -19,7 +19,6 @@ import errno
 import functools
 import io
 import os
-import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -27,6 +26,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import typer
+
+from ._io import WRITE_ERRORS, atomic_path
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -82,7 +83,7 @@ def cli_errors(command: F) -> F:
             if hub_unreachable(error):
                 raise fail(not_cached("a file", None)) from None
             label = None
-            if error.filename is None and error.errno in _WRITE_ERRORS | {errno.EPIPE}:
+            if error.filename is None and error.errno in WRITE_ERRORS | {errno.EPIPE}:
                 # Files are written through atomic_output, which names them: a write
                 # error without a name comes from a stream (`> file` on a full disk).
                 label = "standard output"
@@ -224,102 +225,12 @@ def check_output_file(path: Path, label: str) -> None:
 def atomic_output(
     path: Path, *, directory: bool = False, label: str | None = None
 ) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; rename it to ``path`` when the block ends.
-
-    With ``directory=True`` the temporary is a folder: when ``path`` does not exist yet
-    it is renamed into place as a whole; when it does, each file is renamed into its
-    place (other files already in ``path`` are kept). On any exception the temporary,
-    and the parent folders this call created, are removed and the exception goes on,
-    with ``path`` as its file name when it had none (e.g. ENOSPC from a write).
-    """
+    """:func:`advbudget._io.atomic_path` for a command's output: a folder where a file is
+    expected, or a file where a folder is, is a :class:`CommandError` naming ``label``."""
     path = Path(path)
     label = label or str(path)
-    if path.exists() and directory and not path.is_dir():
-        raise CommandError(f"{label} {path}: is a file, not a folder")
-    if path.is_dir() and not directory:
-        raise CommandError(f"{label} {path}: is a folder, expected a file name")
-    created = _make_parents(path.parent, label)
-    temporary: Path | None = None
-    committed = False
     try:
-        if directory:
-            temporary = Path(tempfile.mkdtemp(prefix=f".{path.name}.partial-", dir=path.parent))
-            os.chmod(temporary, 0o777 & ~_umask())  # mkdtemp's 0o700 is for secrets
-        else:
-            handle, name = tempfile.mkstemp(
-                prefix=f".{path.stem}.partial-", suffix=path.suffix, dir=path.parent
-            )
-            os.close(handle)
-            temporary = Path(name)
-            os.chmod(temporary, 0o666 & ~_umask())
-        yield temporary
-        if directory:
-            _commit_folder(temporary, path)
-        else:
-            os.replace(temporary, path)
-        committed = True
-    except OSError as error:
-        if error.filename is None and error.errno in _WRITE_ERRORS:
-            raise OSError(error.errno, error.strerror or str(error), str(path)) from error
-        raise
-    finally:
-        if not committed:
-            if temporary is not None:
-                _remove(temporary)
-            for folder in reversed(created):
-                with contextlib.suppress(OSError):
-                    folder.rmdir()
-
-
-_WRITE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG, errno.EACCES}
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def _make_parents(folder: Path, label: str) -> list[Path]:
-    """mkdir -p ``folder``; return the folders created, outermost first."""
-    missing = []
-    current = folder
-    while not current.exists():
-        missing.append(current)
-        current = current.parent
-    if not current.is_dir():
-        raise CommandError(f"{label}: {current} is a file, not a folder")
-    created: list[Path] = []
-    try:
-        for item in reversed(missing):
-            item.mkdir()
-            created.append(item)
-    except OSError:
-        for item in reversed(created):
-            with contextlib.suppress(OSError):
-                item.rmdir()
-        raise
-    return created
-
-
-def _commit_folder(temporary: Path, path: Path) -> None:
-    if not path.exists():
-        os.rename(temporary, path)
-        return
-    for source in sorted(temporary.rglob("*")):
-        target = path / source.relative_to(temporary)
-        if source.is_dir():
-            if target.exists() and not target.is_dir():
-                raise OSError(errno.ENOTDIR, "is a file, not a folder", str(target))
-            target.mkdir(exist_ok=True)
-        else:
-            os.replace(source, target)
-    shutil.rmtree(temporary, ignore_errors=True)
-
-
-def _remove(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink()
+        with atomic_path(path, directory=directory) as temporary:
+            yield temporary
+    except (IsADirectoryError, NotADirectoryError) as error:
+        raise CommandError(f"{label} {error.filename}: {error.strerror}") from None

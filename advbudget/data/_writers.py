@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .._io import atomic_path
 from ._problems import DAPO_DATA_SOURCE, DAPO_REWARD_STYLE, Problem
 
 Splits = Mapping[str, Sequence[Problem]]
@@ -168,10 +169,11 @@ def write_openrlhf(splits: Splits, output_dir: str | os.PathLike[str]) -> list[P
             json.dumps({"prompt": _messages(p), "label": p.answer}, ensure_ascii=False) + "\n"
             for p in problems
         )
-        partial = path.with_name(path.name + ".partial")
-        with partial.open("w", encoding="utf-8", newline="\n") as file:
+        with (
+            atomic_path(path) as partial,
+            partial.open("w", encoding="utf-8", newline="\n") as file,
+        ):
             file.writelines(lines)
-        os.replace(partial, path)
         paths.append(path)
     return paths
 
@@ -211,7 +213,5 @@ def _targets(
 def _write_parquet(table: Any, path: Path) -> None:
     import pyarrow.parquet as pq  # type: ignore[import-untyped,unused-ignore]
 
-    # Written beside the target and renamed: an interrupted run leaves no half file.
-    partial = path.with_name(path.name + ".partial")
-    pq.write_table(table, partial)
-    os.replace(partial, path)
+    with atomic_path(path) as partial:  # an interrupted run leaves no half file
+        pq.write_table(table, partial)

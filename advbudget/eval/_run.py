@@ -14,13 +14,13 @@ import contextlib
 import inspect
 import json
 import os
-import tempfile
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._io import atomic_write
 from ._benchmarks import EvalProblem, load_benchmark, read_jsonl
 from ._generate import Backend, Generator, make_generator
 from ._metrics import avg_at_k, mean_pass_at_k
@@ -327,7 +327,7 @@ class _Journal:
         self.created = missing
         self.fresh = not started
         if not started:
-            _write_atomic(self.settings_path, json.dumps(self.settings, indent=2) + "\n")
+            atomic_write(self.settings_path, json.dumps(self.settings, indent=2) + "\n")
         self.file = self.path.open("ab")
 
     def _check_settings(self) -> None:
@@ -426,24 +426,6 @@ def _complete_lines(data: bytes) -> tuple[list[bytes], int]:
     return [line for line in data[:end].split(b"\n") if line.strip()], end
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` beside ``path`` and rename it into place (no half-written file)."""
-    handle, name = tempfile.mkstemp(prefix=f".{path.stem}.partial-", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as file:
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
-        os.chmod(name, 0o644)
-        os.replace(name, path)
-    except BaseException as error:
-        with contextlib.suppress(OSError):
-            os.unlink(name)
-        if isinstance(error, OSError) and error.filename is None:
-            raise OSError(error.errno, error.strerror or str(error), str(path)) from error
-        raise
-
-
 def score_generations(
     path: Path, *, ks: Sequence[int] = (), grader: str = "math_verify"
 ) -> tuple[list[dict[str, Any]], EvalReport]:
@@ -483,14 +465,14 @@ def write_outputs(output_dir: Path, records: list[dict[str, Any]], report: EvalR
     written beside its place and renamed into it."""
     output_dir.mkdir(parents=True, exist_ok=True)
     lines = "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
-    _write_atomic(output_dir / GENERATIONS, lines)
+    atomic_write(output_dir / GENERATIONS, lines)
     write_scores(output_dir, report)
 
 
 def write_scores(output_dir: Path, report: EvalReport) -> None:
     """``scores.json`` (what ``advbudget compare`` reads), written beside its place and
     renamed into it."""
-    _write_atomic(output_dir / SCORES, json.dumps(report.to_dict(), indent=2) + "\n")
+    atomic_write(output_dir / SCORES, json.dumps(report.to_dict(), indent=2) + "\n")
 
 
 class _progress:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .._io import atomic_path, atomic_write
 from ..checks import int_at_least
 from ._config import LMConfig
 from ._task import TIERS
@@ -206,12 +207,11 @@ def write_outputs(record: dict[str, Any], output_dir: Path) -> list[Path]:
     ``trainer.state.log_history`` as TRL logged it, gzipped: ~20 kB per step)."""
     import gzip
 
-    output_dir.mkdir(parents=True, exist_ok=True)
     trl_logs = {f"{r['estimator']}/seed{r['seed']}": r["log_history"] for r in record["runs"]}
     runs = [{k: v for k, v in r.items() if k != "log_history"} for r in record["runs"]]
     slim = {**record, "runs": runs}
     paths = [output_dir / "lm.json", output_dir / "lm_trl_logs.json.gz"]
-    paths[0].write_text(json.dumps(slim, separators=(",", ":")), encoding="utf-8")
-    with gzip.open(paths[1], "wt", encoding="utf-8") as file:
+    atomic_write(paths[0], json.dumps(slim, separators=(",", ":")))
+    with atomic_path(paths[1]) as partial, gzip.open(partial, "wt", encoding="utf-8") as file:
         json.dump(trl_logs, file, separators=(",", ":"))
     return paths

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from .._io import atomic_write
 from ..checks import int_at_least
 from ..metrics import oscillation
 from ._ceiling import Ceiling, task_ceiling
@@ -533,10 +534,7 @@ def write_json(
 
 def _write_compact_json(data: Any, path: str | Path) -> Path:
     """``data`` as compact JSON at ``path`` (folders created), non-finite floats as null."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_sanitize(data), separators=(",", ":"), allow_nan=False))
-    return path
+    return atomic_write(path, json.dumps(_sanitize(data), separators=(",", ":"), allow_nan=False))
 
 
 def _sanitize(value: Any) -> Any:
