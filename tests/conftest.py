@@ -11,6 +11,9 @@ import array_api_compat
 import numpy as np
 import pytest
 
+from advbudget import testing
+from advbudget.testing import to_numpy  # noqa: F401  (the tests import it from here)
+
 BACKENDS = ("numpy", "array_api_strict", "torch", "jax")
 
 # `make test` and CI set this: a backend that fails to import is then an error, not a skip.
@@ -53,12 +56,6 @@ def xp(request: pytest.FixtureRequest) -> Any:
         yield namespace
 
 
-def to_numpy(x: Any) -> np.ndarray:
-    if array_api_compat.is_torch_array(x):
-        return x.detach().cpu().numpy()
-    return np.asarray(x)
-
-
 def assert_close(
     actual: Any,
     expected: Any,
@@ -68,21 +65,10 @@ def assert_close(
     atol: float | None = None,
     dtype: Any = None,
 ) -> None:
-    """Check namespace, shape, dtype (if given) and values together."""
+    """:func:`advbudget.testing.assert_close` against a host float64 reference: namespace,
+    shape and values; the dtype when given."""
     __tracebackhide__ = True
-    assert array_api_compat.array_namespace(actual) is xp, (
-        f"namespace changed: {array_api_compat.array_namespace(actual).__name__}"
-    )
-    if dtype is not None:
-        assert actual.dtype == dtype, f"dtype {actual.dtype}, expected {dtype}"
-    values = to_numpy(actual)
-    expected = np.asarray(expected, dtype=np.float64)
-    assert values.shape == expected.shape, f"shape {values.shape}, expected {expected.shape}"
-    if rtol is None:
-        rtol = 1e-12 if values.dtype == np.float64 else 2e-5
-    if atol is None:
-        atol = 1e-12 if values.dtype == np.float64 else 2e-6
-    np.testing.assert_allclose(values, expected, rtol=rtol, atol=atol)
+    testing.assert_close(actual, expected, xp=xp, dtype=dtype, device=None, rtol=rtol, atol=atol)
 
 
 def reference_advantages(

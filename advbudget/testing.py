@@ -1,0 +1,100 @@
+"""Test helpers for code built on advbudget (plugins, adapters, new backends).
+
+:func:`assert_close` is the check the library's own tests use: an estimator that returns
+the right numbers in the wrong namespace, dtype or device is wrong, so those are checked
+by default, not only the values.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import array_api_compat
+import numpy as np
+
+from .core._arrays import device_of
+
+__all__ = ["assert_close", "to_numpy"]
+
+_UNSET: Any = object()
+
+
+def to_numpy(x: Any) -> np.ndarray[Any, Any]:
+    """``x`` (any namespace, any device) as a numpy array on the host."""
+    if array_api_compat.is_torch_array(x):
+        return x.detach().cpu().numpy()  # type: ignore[no-any-return, unused-ignore]
+    try:
+        return np.asarray(x)
+    except (TypeError, RuntimeError):  # no __array__ (array-api-strict): DLPack
+        return np.from_dlpack(x)
+
+
+def assert_close(
+    actual: Any,
+    expected: Any,
+    *,
+    xp: Any = None,
+    dtype: Any = _UNSET,
+    device: Any = _UNSET,
+    rtol: float | None = None,
+    atol: float | None = None,
+) -> None:
+    """Assert that ``actual`` is ``expected``: its namespace, dtype, device, shape and values.
+
+    ``expected`` is an array (its namespace, dtype and device are then the expected ones
+    unless given) or a float64 reference (a list, a numpy array of another namespace's
+    result: pass ``xp``, and ``dtype``/``device`` to check them). Tolerances default to
+    1e-12 for float64 results and 2e-5 (relative) / 2e-6 (absolute) otherwise.
+
+    Examples:
+        >>> import numpy as np
+        >>> from advbudget import budget_advantage
+        >>> from advbudget.testing import assert_close
+        >>> rewards = np.array([1.0, 0.0, 0.0, 0.0])
+        >>> assert_close(budget_advantage(rewards, group_size=4), [0.75, -0.25, -0.25, -0.25], xp=np)
+        >>> assert_close(np.zeros(2, dtype=np.float32), np.zeros(2))
+        Traceback (most recent call last):
+        ...
+        AssertionError: dtype float32, expected float64
+    """  # noqa: E501
+    __tracebackhide__ = True
+    reference_is_array = array_api_compat.is_array_api_obj(expected) and not isinstance(
+        expected, (list, tuple)
+    )
+    namespace = _canonical(xp) if xp is not None else None
+    if namespace is None and reference_is_array:
+        namespace = array_api_compat.array_namespace(expected)
+    if namespace is not None:
+        got = array_api_compat.array_namespace(actual)
+        _require(got is namespace, f"namespace {got.__name__}, expected {namespace.__name__}")
+    same_kind = reference_is_array and (
+        namespace is None or array_api_compat.array_namespace(expected) is namespace
+    )
+    if dtype is _UNSET and same_kind:
+        dtype = expected.dtype
+    if dtype is not _UNSET and dtype is not None:
+        _require(actual.dtype == dtype, f"dtype {actual.dtype}, expected {dtype}")
+    if device is _UNSET and same_kind:
+        device = device_of(expected)
+    if device is not _UNSET and device is not None:
+        _require(device_of(actual) == device, f"device {device_of(actual)}, expected {device}")
+    values = to_numpy(actual)
+    reference = np.asarray(to_numpy(expected) if reference_is_array else expected, np.float64)
+    _require(values.shape == reference.shape, f"shape {values.shape}, expected {reference.shape}")
+    if rtol is None:
+        rtol = 1e-12 if values.dtype == np.float64 else 2e-5
+    if atol is None:
+        atol = 1e-12 if values.dtype == np.float64 else 2e-6
+    np.testing.assert_allclose(values, reference, rtol=rtol, atol=atol)
+
+
+def _canonical(xp: Any) -> Any:
+    """The namespace array_api_compat gives arrays of ``xp`` (``numpy`` and
+    ``array_api_compat.numpy`` are one namespace here)."""
+    return array_api_compat.array_namespace(xp.asarray(0))
+
+
+def _require(condition: bool, message: str) -> None:
+    # not `assert`: the checks must hold under `python -O` too
+    if not condition:
+        raise AssertionError(message)
