@@ -332,9 +332,13 @@ def test_simulate_sigint_to_a_real_process(tmp_path):
     out = tmp_path / "demo"
     command = [sys.executable, "-c", "from advbudget.cli import main; main()",
                "simulate", "--quick", "--steps", "200000", "--output-dir", str(out)]  # fmt: skip
+    inherited = signal.getsignal(signal.SIGINT)  # a child inherits SIG_IGN, not a handler
     process = subprocess.Popen(
-        command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+        command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # A terminal's foreground job gets SIGINT's default action, whatever this test
+        # process (a pytest-xdist worker) inherited.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
     try:
         deadline = time.monotonic() + 60
         # The temporary folder beside --output-dir appears as training starts.
@@ -344,11 +348,14 @@ def test_simulate_sigint_to_a_real_process(tmp_path):
             time.sleep(0.05)
         time.sleep(0.3)
         process.send_signal(signal.SIGINT)
-        _, stderr = process.communicate(timeout=60)
+        try:
+            _, stderr = process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"still running 60 s after SIGINT (SIGINT here: {inherited!r})")
     finally:
         if process.poll() is None:
             process.kill()
-            process.wait()
+            process.communicate()  # reaps it and closes its pipes
     assert process.returncode == 130, stderr
     assert "Traceback" not in stderr
     assert stderr.strip().splitlines() == ["error: interrupted (Ctrl-C); nothing was written"]
