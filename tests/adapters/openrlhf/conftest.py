@@ -144,3 +144,20 @@ def make_experiences(
             )
         )
     return experiences
+
+
+@pytest.fixture(scope="module")
+def local_ray():  # type: ignore[no-untyped-def]
+    """A local one-CPU Ray with the adapter's setup hook installed, for one test module
+    (test_kappa.py keeps its own: it runs without the hook)."""
+    import ray
+
+    import advbudget.adapters.openrlhf as adapter
+
+    if ray.is_initialized():
+        pytest.skip("Ray already initialised in this process")
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
+    adapter.install()
+    yield
+    adapter.uninstall()
+    ray.shutdown()

@@ -20,7 +20,6 @@ pytest.importorskip("ray")
 import ray
 import torch
 
-import advbudget.adapters.openrlhf as adapter
 from advbudget.adapters.openrlhf._patch import LEDGER_STATE
 
 from .conftest import OPENRLHF_WARNINGS, make_args, make_experiences, make_maker
@@ -35,17 +34,6 @@ EPOCHS = [
     {"p0": [0.0] * 4, "p1": [1.0] * 4, "p2": [0.0] * 4, "p3": [1.0, 0.0, 1.0, 0.0]},
     {"p0": [0.0, 1.0, 0.0, 0.0], "p1": [1.0] * 4, "p2": [0.0] * 4, "p3": [0.0] * 4},
 ]
-
-
-@pytest.fixture(scope="module")
-def local_ray():  # type: ignore[no-untyped-def]
-    if ray.is_initialized():
-        pytest.skip("Ray already initialised in this process")
-    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
-    adapter.install()
-    yield
-    adapter.uninstall()
-    ray.shutdown()
 
 
 def epoch(maker: Any, table: dict[str, list[float]], seed: int = 0) -> dict[str, float]:

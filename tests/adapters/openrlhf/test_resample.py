@@ -22,7 +22,6 @@ pytest.importorskip("ray")
 import ray
 import torch
 
-import advbudget.adapters.openrlhf as adapter
 from advbudget import compute_advantages
 from advbudget.adapters.openrlhf._resample import ROUNDS_METRIC, group_kept, rounds_status
 
@@ -77,17 +76,6 @@ class Engine:
             }
             for reward in rewards
         ]
-
-
-@pytest.fixture(scope="module")
-def local_ray():  # type: ignore[no-untyped-def]
-    if ray.is_initialized():
-        pytest.skip("Ray already initialised in this process")
-    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
-    adapter.install()
-    yield
-    adapter.uninstall()
-    ray.shutdown()
 
 
 def make_args(mode: str = "resample", rounds: int = 10) -> SimpleNamespace:
