@@ -85,6 +85,25 @@ def log_mean_objective(x: ArrayLike, group_size: int) -> Float:
     return result
 
 
+def passk_objective(x: ArrayLike, k: int) -> Float:
+    """pass@k, ``1 - (1 - x)^k``: the chance that one of k rollouts succeeds.
+
+    The analytical pass@k advantage (``passk`` with ``norm_by_std=False``) implies the
+    slope ``(G - k) (1 - x)^(k - 1)``, which is ``(G - k) / k`` times this objective's
+    derivative: it optimises pass@k exactly (and nothing at k = G).
+
+    Examples:
+        >>> from advbudget.theory import passk_objective
+        >>> passk_objective([0.1, 0.5], 4).round(4)
+        array([0.3439, 0.9375])
+    """
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"k: expected an int >= 1, got {k!r}")
+    x = _probabilities(x, "x")
+    result: Float = 1 - (1 - x) ** k
+    return result
+
+
 AdvantageFunction = Callable[..., Any]
 
 

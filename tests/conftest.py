@@ -35,11 +35,11 @@ def load_namespace(name: str) -> Any:
 @pytest.fixture(autouse=True)
 def _restore_estimator_registry() -> Any:
     """Whatever a test registers is gone after it: registry state never leaks."""
-    from advbudget.core import _catalogue
+    from advbudget.core import estimators
 
-    state = _catalogue.snapshot()
+    state = estimators.snapshot()
     yield
-    _catalogue.restore(state)
+    estimators.restore(state)
 
 
 @pytest.fixture(params=BACKENDS)

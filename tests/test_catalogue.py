@@ -126,10 +126,10 @@ def test_function_keyword_defaults_become_options():
 
 
 def test_listeners_hear_new_estimators():
-    from advbudget.core import _catalogue
+    from advbudget.core import estimators
 
     heard = []
-    _catalogue.on_register(heard.append)
+    estimators.on_register(heard.append)
     register_estimator("noop", lambda grouped: grouped.gap * 0)
     assert [spec.name for spec in heard] == ["noop"]
 

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from advbudget.cli import app
-from advbudget.core._catalogue import BUILTINS
+from advbudget.core.estimators import BUILTINS
 from advbudget.sim import (
     ExperimentConfig,
     Minibatch,

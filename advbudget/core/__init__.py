@@ -2,9 +2,10 @@
 
 Data flow, one module per step: ``_labels`` (group ids to dense codes) and ``_groups``
 (who belongs to which prompt: contiguous, permuted, segmented or padded) -> ``_stats``
-(group statistics) -> ``_estimators`` (the maths), named in ``_catalogue`` (options,
-inputs, skip rules) -> ``_compute`` (checks and orchestration) -> ``_result``; per-framework
-conventions in ``_conventions``; the public functions in ``_advantages``. Argument
+(``GroupedRewards``: group statistics and the building blocks of estimators) ->
+``estimators/`` (one unit per estimator family: each function beside its spec, and the
+registry) -> ``_compute`` (checks and orchestration) -> ``_result``; per-framework
+conventions in ``_conventions``; the public functions in ``_advantages``; κ in ``_kappa``. Argument
 checks come from :mod:`advbudget.checks`, shared with the rest of the library.
 """
 
@@ -13,19 +14,6 @@ from ._advantages import (
     dr_advantage,
     group_normalized_advantage,
     rloo_advantage,
-)
-from ._catalogue import (
-    Estimator,
-    EstimatorSpec,
-    Input,
-    Option,
-    estimator_names,
-    estimator_specs,
-    get_estimator,
-    get_spec,
-    on_register,
-    register_estimator,
-    unregister_estimator,
 )
 from ._compute import DEFAULT_TIE_ATOL, DEFAULT_TIE_RTOL, compute_advantages, make_groups
 from ._conventions import CONVENTIONS, Convention, get_convention
@@ -40,6 +28,21 @@ from ._kappa import (
 from ._result import AdvantageResult
 from ._stats import GroupedRewards
 from ._tokens import token_advantages
+from .estimators import (
+    Estimator,
+    EstimatorSpec,
+    Input,
+    Option,
+    Rule,
+    estimator_names,
+    estimator_spec,
+    estimator_specs,
+    get_estimator,
+    get_spec,
+    on_register,
+    register_estimator,
+    unregister_estimator,
+)
 
 __all__ = [
     "CONVENTIONS",
@@ -54,10 +57,12 @@ __all__ = [
     "Input",
     "KappaPairs",
     "Option",
+    "Rule",
     "budget_advantage",
     "compute_advantages",
     "dr_advantage",
     "estimator_names",
+    "estimator_spec",
     "estimator_specs",
     "get_convention",
     "get_estimator",

@@ -1,8 +1,8 @@
 """From a batch of rewards to advantages: the one orchestration every caller goes through.
 
-The flow is: rewards + grouping (``_groups``) -> checks (``_checks`` and here) ->
+The flow is: rewards + grouping (``_groups``) -> checks (:mod:`advbudget.checks` and here) ->
 ``GroupedRewards`` (``_stats``: stats shared by all estimators) -> the estimator named in
-the catalogue (``_catalogue``, maths in ``_estimators``) -> ``AdvantageResult``
+the catalogue (``estimators/``: each function beside its spec) -> ``AdvantageResult``
 (``_result``: advantages, the ``valid`` mask and per-group numbers).
 """
 
@@ -17,11 +17,11 @@ import numpy as np
 
 from .. import checks
 from ._arrays import Array, as_array, backend, compute_dtype, device_of, is_traced
-from ._catalogue import Estimator, EstimatorSpec, as_spec
 from ._groups import GroupMethod, Groups
 from ._labels import build_groups
 from ._result import AdvantageResult
 from ._stats import GroupedRewards, Singletons, group_rewards
+from .estimators import Estimator, EstimatorSpec, as_spec
 
 NanPolicy = Literal["raise", "omit"]
 
@@ -89,8 +89,9 @@ def compute_advantages(
     resolved = spec.resolve_options(options)
     if singletons == "raw" and not spec.raw_singletons:
         raise ValueError(
-            f"singletons: expected 'skip' for the {spec.name} estimator (a group of one has "
-            "no reward gap to share out), got 'raw'"
+            f"singletons: expected 'skip' for the {spec.name} estimator (it does not score "
+            "a group of one against a baseline of 0: its spec does not declare "
+            "raw_singletons=True), got 'raw'"
         )
     grouped = group_checked(
         rewards,

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from ._catalogue import Estimator, EstimatorSpec, all_names, as_spec, estimator_specs, get_spec
 from ._compute import DEFAULT_TIE_ATOL, DEFAULT_TIE_RTOL
 from ._stats import Singletons
+from .estimators import Estimator, EstimatorSpec, all_names, as_spec, estimator_specs, get_spec
 
 
 def _frozen(mapping: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -60,6 +60,44 @@ class GroupedRewards:
         """Stats, True for groups that get an update."""
         return ~self.skipped
 
+    # -- the building blocks of estimators (built-ins and plugins alike) --------------
+
+    def kept_rows(self) -> Array:
+        """Rows: 1 in groups that get an update, 0 elsewhere (compute dtype); multiply an
+        advantage by it to give skipped groups 0."""
+        return self.expand(self.xp.astype(self.kept(), self.rewards.dtype))
+
+    def safe(self, keep: Array, denominator: Array) -> Array:
+        """``denominator`` with 1 where ``keep`` is False, so that a division in a skipped
+        (or empty) group never divides by 0; mask the quotient with ``keep`` after."""
+        return self.xp.where(keep, denominator, self.xp.ones_like(denominator))
+
+    def mean(self) -> Array:
+        """Stats: each group's mean reward (0 for a group with no reward)."""
+        return self.sum(self.only_present(self.rewards)) / self.safe(self.count > 0, self.count)
+
+    def deviation(self) -> Array:
+        """Rows: ``reward - group mean`` (0 where not present). Computed from the gaps, so
+        a constant group gives exactly 0 on every backend."""
+        mean_gap = self.sum(self.gap) / self.safe(self.count > 0, self.count)
+        return self.only_present(self.gap - self.expand(mean_gap))
+
+    def std(self, correction: int = 1) -> Array:
+        """Stats: each group's reward std, unbiased with ``correction=1`` (0 where the
+        group has ``correction`` rewards or fewer)."""
+        centred = self.deviation()
+        dof = self.count - correction
+        return self.xp.sqrt(self.sum(centred * centred) / self.safe(dof > 0, dof))
+
+    def with_raw_singletons(self, advantages: Array, scale: float = 1.0) -> Array:
+        """``advantages`` with each group of one scored against a baseline of 0, as
+        ``reward / scale``, when the caller asked for ``singletons="raw"`` (verl's
+        convention); unchanged otherwise. An estimator that calls it declares
+        ``raw_singletons=True``."""
+        if self.raw_singletons is None:
+            return advantages
+        return self.xp.where(self.expand(self.raw_singletons), self.rewards / scale, advantages)
+
 
 def group_rewards(
     rewards: Array,
@@ -104,24 +142,6 @@ def group_rewards(
         raw_singletons = count == 1
         tie = tie & ~raw_singletons
     return GroupedRewards(xp, groups, rows, present_rows, gap, count, tie, raw_singletons)
-
-
-def safe(xp: Namespace, keep: Array, denominator: Array) -> Array:
-    """``denominator`` with 1 where ``keep`` is False, so skipped groups never divide by 0."""
-    return xp.where(keep, denominator, xp.ones_like(denominator))
-
-
-def deviation(g: GroupedRewards) -> Array:
-    """``reward - group mean`` as rows (0 where not present)."""
-    mean = g.sum(g.gap) / safe(g.xp, g.count > 0, g.count)
-    return g.only_present(g.gap - g.expand(mean))
-
-
-def with_raw_singletons(g: GroupedRewards, advantages: Array, scale: float = 1.0) -> Array:
-    """Score groups of one against a baseline of 0 (verl's convention), when asked."""
-    if g.raw_singletons is None:
-        return advantages
-    return g.xp.where(g.expand(g.raw_singletons), g.rewards / scale, advantages)
 
 
 def batch_mean_std(

@@ -51,7 +51,7 @@ def _batch(kind: str, seed: int, groups: int = 16, g: int = 4) -> np.ndarray:
 
 def test_every_catalogue_name_is_registered_with_tunix():
     from advbudget.adapters.tunix import estimator_names, registered_names
-    from advbudget.core._catalogue import all_names
+    from advbudget.core.estimators import all_names
 
     registry = set(registered_names())
     _registry()

@@ -10,23 +10,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from advbudget import EstimatorSpec, GroupedRewards, Option
+from advbudget import GroupedRewards, Rule, estimator_spec
 from advbudget.checks import positive_finite
 
 
 def scaled_dr(grouped: GroupedRewards, *, scale: float = 2.0) -> Any:
-    xp = grouped.xp
-    mean = grouped.sum(grouped.gap) / xp.where(grouped.count > 0, grouped.count, 1)
-    keep = xp.astype(grouped.kept(), grouped.gap.dtype)
-    return grouped.only_present(scale * (grouped.gap - grouped.expand(mean)) * grouped.expand(keep))
+    """scale · (r − mean)"""
+    return scale * grouped.deviation() * grouped.kept_rows()
 
 
-SCALED_DR = EstimatorSpec(
+SCALED_DR = estimator_spec(
+    scaled_dr,
     name="plugin_scaled_dr",
-    fn=scaled_dr,
-    formula="scale · (r − mean)",
     reference="advbudget-example-plugin (tests/plugin)",
-    options=(Option("scale", 2.0, positive_finite, "the factor"),),
+    rules={"scale": Rule(positive_finite, "the factor")},
 )
 
 

@@ -1,0 +1,170 @@
+"""Estimators with statistics over the whole batch, not only per group: adapters call the
+core on the whole (gathered) batch for them."""
+
+from __future__ import annotations
+
+from ... import checks
+from .._arrays import Array
+from .._stats import GroupedRewards, batch_mean_var, batch_whiten
+from ._rules import EPS, STD_CORRECTION, TOKEN_WEIGHTS, WHITEN_NOTE, WHITENING
+from ._spec import EstimatorSpec, Rule, declare_into
+from .group import rloo
+
+SPECS: list[EstimatorSpec] = []
+declare = declare_into(SPECS)
+
+
+@declare(
+    name="gpg",
+    formula="α · (r − mean) / f_norm, α = N / (rollouts of the batch with r ≠ 0)",
+    reference="GPG, arXiv 2504.02546 (verl's gpg)",
+    rules={"f_norm": Rule(checks.positive_finite, "divides the advantage")},
+    raw_singletons=True,
+    batch_statistics=(
+        "α = N / max(1, number of nonzero rewards), N the rollouts with a reward, over "
+        "the whole batch"
+    ),
+    slope_of="dr",
+)
+def gpg(g: GroupedRewards, *, f_norm: float = 1.0) -> Array:
+    """GPG: ``alpha * (r - mean) / f_norm``, alpha = N / (rewards != 0 in the batch)."""
+    xp = g.xp
+    centred = g.with_raw_singletons(g.deviation() * g.kept_rows())
+    nonzero = xp.sum(g.only_present(xp.astype(g.rewards != 0, g.rewards.dtype)))
+    alpha = xp.sum(g.count) / xp.maximum(nonzero, xp.ones_like(nonzero))
+    return centred * (alpha / f_norm)
+
+
+_WHITENED_BASELINE = "whiten(r − mean): the group-centred reward whitened over the batch's tokens"
+
+
+@declare(
+    name="reinforce_plus_plus_baseline",
+    formula=_WHITENED_BASELINE,
+    reference="REINFORCE++-baseline, arXiv 2501.03262 (verl's reinforce_plus_plus_baseline)",
+    rules=WHITENING,
+    inputs=(TOKEN_WEIGHTS,),
+    skips="never",
+    raw_singletons=True,
+    batch_statistics=WHITEN_NOTE,
+    slope_of="dr",
+)
+def reinforce_plus_plus_baseline(
+    g: GroupedRewards,
+    *,
+    std_correction: int = 1,
+    var_eps: float = 1e-8,
+    var_floor: float = 0.0,
+    std_norm: bool = True,
+    response_lengths: Array | None = None,
+) -> Array:
+    """REINFORCE++-baseline with verl's defaults: ``r - mean``, whitened over the tokens."""
+    return batch_whiten(
+        g,
+        g.with_raw_singletons(g.deviation()),
+        weights=response_lengths,
+        correction=std_correction,
+        var_eps=var_eps,
+        var_floor=var_floor,
+        std_norm=std_norm,
+    )
+
+
+@declare(
+    name="reinforce_baseline",
+    formula=_WHITENED_BASELINE,
+    reference="REINFORCE++-baseline, arXiv 2501.03262 (OpenRLHF's reinforce_baseline)",
+    rules=WHITENING,
+    inputs=(TOKEN_WEIGHTS,),
+    skips="never",
+    raw_singletons=True,
+    batch_statistics=WHITEN_NOTE,
+    slope_of="dr",
+)
+def reinforce_baseline(
+    g: GroupedRewards,
+    *,
+    std_correction: int = 0,
+    var_eps: float = 0.0,
+    var_floor: float = 1e-8,
+    std_norm: bool = True,
+    response_lengths: Array | None = None,
+) -> Array:
+    """REINFORCE++-baseline with OpenRLHF's defaults: ``r - mean``, whitened over the tokens."""
+    return reinforce_plus_plus_baseline(
+        g,
+        std_correction=std_correction,
+        var_eps=var_eps,
+        var_floor=var_floor,
+        std_norm=std_norm,
+        response_lengths=response_lengths,
+    )
+
+
+@declare(
+    name="reinforce",
+    formula="whiten(r): the reward, no baseline, whitened over the batch's tokens",
+    reference="REINFORCE++, arXiv 2501.03262 (OpenRLHF's reinforce, γ = 1, no KL)",
+    rules=WHITENING,
+    inputs=(TOKEN_WEIGHTS,),
+    skips="never",
+    batch_statistics=WHITEN_NOTE,
+)
+def reinforce(
+    g: GroupedRewards,
+    *,
+    std_correction: int = 0,
+    var_eps: float = 0.0,
+    var_floor: float = 1e-8,
+    std_norm: bool = True,
+    response_lengths: Array | None = None,
+) -> Array:
+    """REINFORCE: the reward, whitened over the batch's tokens (no baseline)."""
+    return batch_whiten(
+        g,
+        g.only_present(g.rewards),
+        weights=response_lengths,
+        correction=std_correction,
+        var_eps=var_eps,
+        var_floor=var_floor,
+        std_norm=std_norm,
+    )
+
+
+@declare(
+    name="grpo_batch_std",
+    formula="(r − mean) / (std of every reward of the batch + eps)",
+    reference=(
+        'Lite PPO, arXiv 2508.08221 (TRL\'s GRPOTrainer scale_rewards="batch"; '
+        '"group" is grpo, "none" is dr)'
+    ),
+    rules={"eps": EPS, "std_correction": STD_CORRECTION},
+    batch_statistics="the std of the raw rewards of the whole batch (unbiased by default)",
+    slope_of="dr",
+)
+def grpo_batch_std(g: GroupedRewards, *, eps: float = 1e-4, std_correction: int = 1) -> Array:
+    """``(r - group mean) / (std of every reward in the batch + eps)``."""
+    _, variance = batch_mean_var(g, g.rewards, correction=std_correction)
+    return g.deviation() * g.kept_rows() / (g.xp.sqrt(variance) + eps)
+
+
+@declare(
+    name="rloo_normalized",
+    formula="(A − mean A) / (std A + eps), A rloo's advantage, over the batch",
+    reference="RLOO, arXiv 2402.14740 (TRL's RLOOTrainer normalize_advantages=True)",
+    rules={"eps": EPS, "std_correction": STD_CORRECTION},
+    batch_statistics=(
+        "the mean and std of rloo's advantages over every rollout of the batch in a "
+        "group of two or more (one per rollout, not token-weighted)"
+    ),
+    slope_of="rloo",
+)
+def rloo_normalized(g: GroupedRewards, *, eps: float = 1e-4, std_correction: int = 1) -> Array:
+    """RLOO's advantages whitened over the batch: ``(A - mean(A)) / (std(A) + eps)``."""
+    xp = g.xp
+    advantages = rloo(g)
+    # Groups of one have no leave-one-out baseline: TRL leaves them out of the statistics.
+    weights = g.expand(xp.astype(g.count > 1, g.rewards.dtype))
+    mean, variance = batch_mean_var(g, advantages, weights=weights, correction=std_correction)
+    whitened = (advantages - mean) / (xp.sqrt(variance) + eps)
+    return g.only_present(whitened * g.kept_rows())

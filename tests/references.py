@@ -1,0 +1,246 @@
+"""One float64 reference per estimator of the catalogue, in one table.
+
+Each is a slow, obvious Python loop over the groups, written from the formula (SPEC.md,
+the paper, or the framework's code), sharing nothing with ``advbudget.core`` but the
+catalogue's option defaults. ``tests/test_conformance.py`` runs every catalogue entry
+against its reference on every layout and backend; an estimator without one fails there.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from advbudget import get_spec
+
+
+@dataclass
+class Batch:
+    """A batch as the references see it: float64 rewards, the members of each group (in
+    order of first appearance), extra inputs, and the caller's singleton and tie rules."""
+
+    rewards: np.ndarray
+    members: list[np.ndarray]
+    inputs: dict[str, np.ndarray]
+    singletons: str
+    tie: float
+
+    def tied(self, r: np.ndarray) -> bool:
+        return bool(r.max() - r.min() <= self.tie + self.tie * max(abs(r.max()), abs(r.min())))
+
+    def per_group(
+        self,
+        formula: Callable[[np.ndarray, np.ndarray], np.ndarray],
+        *,
+        raw_scale: float = 1.0,
+        skip_ties: bool = True,
+    ) -> np.ndarray:
+        """``formula(group rewards, group indices)`` for every group with a reward gap
+        (every group of two or more when ``skip_ties`` is False); a group of one gets
+        ``r / raw_scale`` under ``singletons="raw"`` and 0 otherwise."""
+        out = np.zeros(len(self.rewards))
+        for idx in self.members:
+            r = self.rewards[idx]
+            if len(r) == 1:
+                out[idx] = r / raw_scale if self.singletons == "raw" else 0.0
+            elif not (skip_ties and self.tied(r)):
+                out[idx] = formula(r, idx)
+        return out
+
+
+Reference = Callable[[Batch, dict[str, Any]], np.ndarray]
+REFERENCES: dict[str, Reference] = {}
+
+
+def reference_of(name: str) -> Callable[[Reference], Reference]:
+    def add(fn: Reference) -> Reference:
+        REFERENCES[name] = fn
+        return fn
+
+    return add
+
+
+def _std(r: np.ndarray, correction: int) -> float:
+    dof = len(r) - correction
+    return math.sqrt(float(np.sum((r - r.mean()) ** 2)) / dof) if dof > 0 else 0.0
+
+
+def _whiten(values: np.ndarray, weights: np.ndarray | None, o: dict[str, Any]) -> np.ndarray:
+    w = np.ones_like(values) if weights is None else np.asarray(weights, dtype=np.float64)
+    mean = float(np.sum(w * values) / np.sum(w))
+    if not o["std_norm"]:
+        return values - mean
+    dof = float(np.sum(w)) - o["std_correction"]
+    var = float(np.sum(w * (values - mean) ** 2)) / dof if dof > 0 else 0.0
+    denominator = max(var + o["var_eps"], o["var_floor"])
+    return (values - mean) / math.sqrt(denominator) if denominator > 0 else 0 * values
+
+
+# -- group-relative ------------------------------------------------------------------------
+
+
+@reference_of("budget")
+def _budget(b: Batch, o: dict[str, Any]) -> np.ndarray:
+    def f(r: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        gaps = r - r.min()
+        return o["budget"] * gaps / gaps.sum() - o["budget"] / len(r)
+
+    return b.per_group(f)
+
+
+@reference_of("grpo")
+def _grpo(b: Batch, o: dict[str, Any]) -> np.ndarray:
+    return b.per_group(
+        lambda r, idx: (r - r.mean()) / (_std(r, o["std_correction"]) + o["eps"]),
+        raw_scale=1 + o["eps"],
+    )
+
+
+@reference_of("dr")
+def _dr(b: Batch, o: dict[str, Any]) -> np.ndarray:
+    return b.per_group(lambda r, idx: r - r.mean())
+
+
+@reference_of("rloo")
+def _rloo(b: Batch, o: dict[str, Any]) -> np.ndarray:
+    return b.per_group(lambda r, idx: np.array([x - (r.sum() - x) / (len(r) - 1) for x in r]))
+
+
+@reference_of("maxrl")
+def _maxrl(b: Batch, o: dict[str, Any]) -> np.ndarray:
+    # SkyRL's compute_maxrl_advantage; a group of one is r - 0 there (singletons="raw").
+    return b.per_group(lambda r, idx: (r - r.mean()) / (r.mean() + o["eps"]))
+
+
+@reference_of("opo")
+def _opo(b: Batch, o: dict[str, Any]) -> np.ndarray:
+    def f(r: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        w = b.inputs["response_lengths"][idx]
+        return r - (np.sum(w * r) / np.sum(w) if np.sum(w) > 0 else r.mean())
+
+    return b.per_group(f)
+
+
+# -- pass@k ----------------------------------------------------------------------------------
+
+
+@reference_of("grpo_passk")
+def _grpo_passk(b: Batch, o: dict[str, Any]) -> np.ndarray:
+    def f(r: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        a = np.zeros(len(r))
+        best = int(np.argmax(r))
+        if np.sum(r == r[best]) == 1:
+            gain = r[best] - np.max(np.delete(r, best))
+            if o["norm_adv_by_std"]:
+                gain /= _std(r, o["std_correction"]) + o["eps"]
+            a[best] = gain
+        return a
+
+    return b.per_group(f)
+
+
+@reference_of("passk")
+def _passk(b: Batch, o: dict[str, Any]) -> np.ndarray:
+    # arXiv 2508.10751, eqs. 14-15, as RUCAIBox/Passk_Training's calc_adv computes them.
+    k, comb = o["k"], math.comb
+
+    def f(r: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        n, c = len(r), int(np.sum(r == r.max()))
+        rho = 1 - comb(n - c, k) / comb(n, k)
+        sigma = math.sqrt(rho * (1 - rho)) + o["eps"] if o["norm_by_std"] else 1.0
+        positive = (1 - rho) / sigma
+        negative = (1 - rho - comb(n - c - 1, k - 1) / comb(n - 1, k - 1)) / sigma
+        return np.where(r == r.max(), positive, negative)
+
+    return b.per_group(f)
+
+
+# -- batch statistics ----------------------------------------------------------------------
+
+
+@reference_of("gpg")
+def _gpg(b: Batch, o: dict[str, Any]) -> np.ndarray:
+    alpha = len(b.rewards) / max(1, int(np.count_nonzero(b.rewards)))
+    return alpha * _dr(b, o) / o["f_norm"]
+
+
+def _whitened_baseline(b: Batch, o: dict[str, Any]) -> np.ndarray:
+    centred = b.per_group(lambda r, idx: r - r.mean(), skip_ties=False)
+    return _whiten(centred, b.inputs.get("response_lengths"), o)
+
+
+REFERENCES["reinforce_plus_plus_baseline"] = _whitened_baseline
+REFERENCES["reinforce_baseline"] = _whitened_baseline
+
+
+@reference_of("reinforce")
+def _reinforce(b: Batch, o: dict[str, Any]) -> np.ndarray:
+    return _whiten(b.rewards, b.inputs.get("response_lengths"), o)
+
+
+@reference_of("grpo_batch_std")
+def _grpo_batch_std(b: Batch, o: dict[str, Any]) -> np.ndarray:
+    return _dr(b, o) / (_std(b.rewards, o["std_correction"]) + o["eps"])
+
+
+@reference_of("rloo_normalized")
+def _rloo_normalized(b: Batch, o: dict[str, Any]) -> np.ndarray:
+    # Groups of one are left out of the batch statistics and get 0 (TRL: NaN baseline).
+    a = b.per_group(lambda r, idx: np.array([x - (r.sum() - x) / (len(r) - 1) for x in r]))
+    in_stats = np.zeros(len(b.rewards), dtype=bool)
+    kept = np.zeros(len(b.rewards), dtype=bool)
+    for idx in b.members:
+        in_stats[idx] = len(idx) > 1
+        kept[idx] = len(idx) > 1 and not b.tied(b.rewards[idx])
+    if not in_stats.any():
+        return a
+    part = a[in_stats]
+    whitened = (a - part.mean()) / (_std(part, o["std_correction"]) + o["eps"])
+    return np.where(kept, whitened, 0.0)
+
+
+# -- a baseline from outside -----------------------------------------------------------------
+
+
+@reference_of("remax")
+def _remax(b: Batch, o: dict[str, Any]) -> np.ndarray:
+    return b.rewards - b.inputs["reward_baselines"]
+
+
+def reference(
+    name: str,
+    rewards: Iterable[float],
+    labels: Iterable[Any],
+    *,
+    singletons: str = "skip",
+    tie: float = 1e-6,
+    **given: Any,
+) -> np.ndarray:
+    """The float64 advantages of estimator ``name``: its options default to the
+    catalogue's, its extra inputs (``response_lengths=``, ...) are given as arrays."""
+    spec = get_spec(name)
+    if spec.name not in REFERENCES:
+        raise KeyError(f"no float64 reference for estimator {spec.name!r} in tests/references.py")
+    options = {o.name: given.pop(o.name, o.default) for o in spec.options}
+    inputs = {
+        i.name: np.asarray(given.pop(i.name), dtype=np.float64)
+        for i in spec.inputs
+        if i.name in given
+    }
+    if given:
+        raise TypeError(f"not an option or input of {spec.name}: {sorted(given)}")
+    members: dict[Any, list[int]] = {}
+    for i, label in enumerate(labels):
+        members.setdefault(label, []).append(i)
+    batch = Batch(
+        rewards=np.asarray(list(rewards), dtype=np.float64),
+        members=[np.asarray(m) for m in members.values()],
+        inputs=inputs,
+        singletons=singletons,
+        tie=tie,
+    )
+    return REFERENCES[spec.name](batch, options)

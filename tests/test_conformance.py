@@ -1,0 +1,134 @@
+"""Every estimator of the catalogue against its float64 reference (tests/references.py), on
+every grouping layout and backend: values in float64 and float32, the result's namespace,
+dtype and device, the valid mask, ties, constant groups and groups of one (scored raw where
+the estimator declares it, refused where it does not). A catalogue entry without a
+reference fails here."""
+
+from __future__ import annotations
+
+import os
+import zlib
+from typing import Any
+
+import numpy as np
+import pytest
+
+from advbudget import compute_advantages, estimator_names, get_spec, make_groups
+from advbudget.core.estimators import BUILTINS
+from advbudget.testing import assert_close, to_numpy
+
+from .references import REFERENCES, reference
+
+SEED = int(os.environ.get("ADVBUDGET_TEST_SEED", "0"))
+LAYOUTS = ("contiguous", "permuted", "segmented", "padded")
+NAMES = [spec.name for spec in BUILTINS]
+
+
+def test_every_estimator_has_a_reference() -> None:
+    missing = [name for name in estimator_names() if name not in REFERENCES]
+    assert not missing, f"add a float64 reference to tests/references.py for {missing}"
+
+
+# Estimators defined on part of the rewards only (passk: binary; maxrl: a positive group
+# mean, it warns otherwise: tests/test_maxrl_passk.py), and options the battery sets.
+DOMAIN = {"passk": "binary", "maxrl": "nonnegative"}
+OPTIONS: dict[str, dict[str, Any]] = {"passk": {"k": 2}}
+
+
+def _batch(
+    rng: np.random.Generator, layout: str, domain: str = "any"
+) -> tuple[np.ndarray, list[str], list[int]]:
+    """Graded rewards with repeats (two values per batch when ``binary``); some groups
+    constant; groups of one unless contiguous."""
+    if layout == "contiguous":
+        sizes = [int(rng.integers(2, 9))] * int(rng.integers(1, 6))
+    else:
+        sizes = [int(s) for s in rng.integers(1, 10, size=int(rng.integers(1, 7)))]
+    labels = [f"p{k}" for k, s in enumerate(sizes) for _ in range(s)]
+    n = len(labels)
+    if domain == "binary":
+        rewards = rng.integers(0, 2, size=n) * 2.0 - float(rng.integers(0, 2))
+    else:
+        rewards = rng.choice([-1.0, 0.0, 0.0, 0.3, 1.0, 1.0, 2.5], size=n)
+        rewards = rewards + rng.normal(size=n) * (rng.random(n) < 0.3)
+        if domain == "nonnegative":
+            rewards = np.abs(rewards)
+    start = 0
+    for k, size in enumerate(sizes):  # every third group constant
+        if k % 3 == 2:
+            rewards[start : start + size] = rewards[start]
+        start += size
+    if layout != "contiguous":
+        order = rng.permutation(n)
+        labels, rewards = [labels[i] for i in order], rewards[order]
+    return rewards, labels, sizes
+
+
+def _inputs(name: str, rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
+    out = {}
+    for declared in get_spec(name).inputs:
+        if declared.name == "response_lengths":
+            out[declared.name] = rng.integers(1, 40, size=n).astype(np.float64)
+        else:
+            out[declared.name] = rng.normal(size=n)
+    return out
+
+
+def _grouping(layout: str, rewards: Any, labels: list[str], sizes: list[int]) -> dict[str, Any]:
+    if layout == "contiguous":
+        return {"group_size": sizes[0]}
+    if layout == "permuted":
+        return {"group_ids": labels}
+    method = {"segmented": "segment", "padded": "padded"}[layout]
+    return {"groups": make_groups(rewards, group_ids=labels, method=method)}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("name", NAMES)
+def test_matches_its_reference(xp: Any, name: str, layout: str) -> None:
+    if layout == "segmented" and xp.__name__.startswith("array_api_strict"):
+        pytest.skip("array_api_strict has no native segment operations (padded covers it)")
+    spec = get_spec(name)
+    rng = np.random.default_rng(zlib.crc32(f"{name}-{layout}-{SEED}".encode()))
+    # jax compiles every new shape op by op: fewer trials there, same coverage elsewhere.
+    for trial in range(2 if xp.__name__.startswith("jax") else 4):
+        rewards, labels, sizes = _batch(rng, layout, DOMAIN.get(name, "any"))
+        inputs = {**_inputs(name, rng, len(rewards)), **OPTIONS.get(name, {})}
+        raw = trial % 2 == 1 and 1 in sizes
+        singletons = "raw" if raw and spec.raw_singletons else "skip"
+        expected = reference(name, rewards, labels, singletons=singletons, **inputs)
+        for dtype in (xp.float64, xp.float32):
+            r = xp.asarray(rewards, dtype=dtype)
+            given = {
+                k: xp.asarray(v, dtype=dtype) if isinstance(v, np.ndarray) else v
+                for k, v in inputs.items()
+            }
+            grouping = _grouping(layout, r, labels, sizes)
+            if raw and not spec.raw_singletons:
+                with pytest.raises(ValueError, match="singletons: expected 'skip'"):
+                    compute_advantages(r, name, singletons="raw", **grouping, **given)
+            result = compute_advantages(r, name, singletons=singletons, **grouping, **given)
+            tol = 1e-10 if dtype == xp.float64 else 2e-4
+            # Namespace, device and dtype of rewards, shape and values of the reference.
+            assert_close(result.advantages, expected, xp=xp, dtype=dtype, rtol=tol, atol=tol)
+            if spec.skips == "ties":
+                updated = [
+                    (len(idx) == 1 and singletons == "raw")
+                    or (len(idx) > 1 and _has_gap(rewards[idx]))
+                    for idx in _members(labels)
+                ]
+                valid = np.zeros(len(rewards), dtype=bool)
+                for idx, kept in zip(_members(labels), updated, strict=True):
+                    valid[idx] = kept
+                assert to_numpy(result.valid).tolist() == valid.tolist()
+
+
+def _members(labels: list[str]) -> list[np.ndarray]:
+    out: dict[str, list[int]] = {}
+    for i, label in enumerate(labels):
+        out.setdefault(label, []).append(i)
+    return [np.asarray(m) for m in out.values()]
+
+
+def _has_gap(r: np.ndarray) -> bool:
+    return bool(np.ptp(r) > 1e-6 * (1 + np.abs(r).max()))
