@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 import typer
 
-from ._io import WRITE_ERRORS, atomic_path
+from .._io import WRITE_ERRORS, atomic_path
 
 F = TypeVar("F", bound=Callable[..., Any])
 
