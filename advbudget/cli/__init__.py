@@ -9,11 +9,11 @@ named after it, which calls the public functions of its subject package:
 - ``_simulate``: ``advbudget simulate`` (:mod:`advbudget.sim`);
 - ``_experiment``: ``advbudget experiment lm`` (:mod:`advbudget.lm`).
 
-The helpers they share: ``_errors`` (one-line errors, exit codes, no partial output,
-the extra to install, paths checked before long work), ``_estimators`` (the one parser of
-``--estimators`` lists), ``_help`` (help reflowed for any terminal width), ``_tables``
-(tables split to fit the terminal), ``_estimators_page`` (``estimators --markdown``,
-docs/estimators.md).
+The helpers they share: ``_errors`` (one-line errors, exit codes, no partial output),
+``_hints`` (the extra to install, the Hub out of reach), ``_preflight`` (paths checked
+before long work), ``_estimators`` (the one parser of ``--estimators`` lists), ``_help``
+(help reflowed for any terminal width), ``_tables`` (tables split to fit the terminal),
+``_estimators_page`` (``estimators --markdown``, docs/estimators.md).
 
 No module outside this package imports it, and none imports typer (rich only for
 :func:`advbudget.eval.evaluate`'s progress bar): the libraries below know no command line.
@@ -34,11 +34,13 @@ from .. import theory
 from ..core import estimator_names, get_spec
 from ._compare import compare_command
 from ._data import app as data_app
-from ._errors import CommandError, atomic_output, check_output_file, cli_errors, missing_dependency
+from ._errors import CommandError, atomic_output, cli_errors
 from ._estimators import parse_estimators
 from ._eval import eval_command
 from ._experiment import app as experiment_app
 from ._help import reflow_help
+from ._hints import missing_dependency
+from ._preflight import check_output_file
 from ._simulate import simulate_command
 from ._tables import fit_width
 

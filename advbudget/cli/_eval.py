@@ -24,18 +24,9 @@ from ..eval._run import (
     score_generations,
     write_outputs,
 )
-from ._errors import (
-    CommandError,
-    atomic_output,
-    check_input_file,
-    check_output_dir,
-    cli_errors,
-    describe,
-    fail,
-    hub_unreachable,
-    missing_dependency,
-    not_cached,
-)
+from ._errors import CommandError, atomic_output, cli_errors, describe, fail
+from ._hints import hub_unreachable, missing_dependency, not_cached
+from ._preflight import check_input_file, check_output_dir
 from ._tables import fit_width
 
 DEFAULT_BENCHMARKS = "amc23,aime24,aime25,math500"

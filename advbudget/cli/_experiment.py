@@ -14,8 +14,10 @@ from rich.table import Table
 
 from ..lm._config import PRESETS, LMConfig, lm_config
 from ..lm._experiment import DEAD_GROUP_KEYS, LEDGER_KEYS
-from ._errors import CommandError, check_output_dir, cli_errors, missing_dependency
+from ._errors import CommandError, cli_errors
 from ._estimators import parse_estimators
+from ._hints import missing_dependency
+from ._preflight import check_output_dir
 
 app = typer.Typer(
     help="Experiments on real trainers (the bandit lab is `advbudget simulate`).",

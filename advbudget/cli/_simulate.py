@@ -28,8 +28,9 @@ from ..sim._experiment import (
 )
 from ..sim._map import MapConfig, map_config, run_map, write_map_json
 from ..sim._train import ENTROPY_PLACES
-from ._errors import atomic_output, check_output_dir, cli_errors
+from ._errors import atomic_output, cli_errors
 from ._estimators import parse_estimators
+from ._preflight import check_output_dir
 
 ALL_EXPERIMENTS = (*EXPERIMENTS, "map")
 REGIME_CHOICES = (*REGIMES, "both")
