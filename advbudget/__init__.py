@@ -1,9 +1,16 @@
 """advbudget: reward budgeting and the other group advantage estimators of RL for LLM
-reasoning, written once on the Array API (numpy, torch, jax) and plugged into verl, TRL
-and OpenRLHF.
+reasoning, written once on the Array API (numpy, torch, jax) and plugged into verl, TRL,
+OpenRLHF and tunix.
 
 ``import advbudget`` imports no ML framework; arrays of any namespace go in, arrays of
 the same namespace and device come out.
+
+This module re-exports the estimators of :mod:`advbudget.core`. Around them:
+:mod:`advbudget.metrics` and :mod:`advbudget.theory`; one adapter per trainer under
+:mod:`advbudget.adapters`; data, rewards and evaluation (:mod:`advbudget.data`,
+:mod:`advbudget.rewards`, :mod:`advbudget.eval`); the two experiments
+(:mod:`advbudget.sim`, :mod:`advbudget.lm`); and on top, importing them and imported by
+none, the ``advbudget`` command (:mod:`advbudget.cli`).
 """
 
 from .core import (

@@ -20,8 +20,8 @@ from advbudget import (
     register_estimator,
     unregister_estimator,
 )
-from advbudget._estimators_page import estimators_markdown
 from advbudget.checks import positive_finite
+from advbudget.cli._estimators_page import estimators_markdown
 from advbudget.core import CONVENTIONS, get_convention
 
 ROOT = Path(__file__).resolve().parents[1]

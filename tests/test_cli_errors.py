@@ -299,7 +299,7 @@ def test_simulate_read_only_is_found_before_training(read_only, monkeypatch):
     def never(*args, **kwargs):
         raise AssertionError("trained before checking --output-dir")
 
-    monkeypatch.setattr("advbudget.sim._cli.run_experiment", never)
+    monkeypatch.setattr("advbudget.cli._simulate.run_experiment", never)
     result = invoke(*SIMULATE, "--output-dir", str(read_only / "out"))
     one_error_line(result, 1, "--output-dir", "cannot write")
 
@@ -321,7 +321,7 @@ def test_simulate_ctrl_c_leaves_nothing(tmp_path, monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("advbudget.sim._cli.run_experiment", interrupted)
+    monkeypatch.setattr("advbudget.cli._simulate.run_experiment", interrupted)
     result = invoke(*SIMULATE, "--output-dir", str(tmp_path / "demo"))
     one_error_line(result, 130, "interrupted")
     assert tree(tmp_path) == []
@@ -407,7 +407,7 @@ def test_estimators_ctrl_c(monkeypatch):
     def interrupted():
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("advbudget._estimators_page.estimators_markdown", interrupted)
+    monkeypatch.setattr("advbudget.cli._estimators_page.estimators_markdown", interrupted)
     one_error_line(invoke("estimators", "--markdown"), 130, "interrupted")
 
 

@@ -13,8 +13,8 @@ import typer.main
 import typer.rich_utils
 from typer.testing import CliRunner
 
-from advbudget._cli_help import reflow
 from advbudget.cli import app
+from advbudget.cli._help import reflow
 
 BORDER = "│"
 

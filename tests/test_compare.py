@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from advbudget.cli import app
+from advbudget.cli._compare import PAPER_MAX_GAINS, load_run
 from advbudget.eval import BenchmarkScore, EvalReport, write_outputs
-from advbudget.eval._compare import PAPER_MAX_GAINS, load_run
 
 BASELINE = {"amc23": (0.55, 0.80), "aime24": (0.20, 0.40), "math500": (0.80, 0.95)}
 BUDGET = {"amc23": (0.625, 0.85), "aime24": (0.25, 0.50), "math500": (0.79, 0.95)}

@@ -22,6 +22,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from advbudget.cli._data import app
 from advbudget.data import (
     DAPO_PROMPT_PREFIX,
     DAPO_PROMPT_SUFFIX,
@@ -41,7 +42,6 @@ from advbudget.data import (
     write_trl,
     write_verl,
 )
-from advbudget.data._cli import app
 from advbudget.data._problems import text_index
 
 SAMPLE_DIR = Path(__file__).resolve().parents[1] / "advbudget" / "data" / "sample"

@@ -300,7 +300,7 @@ def test_bad_experiment_and_task_config_names_the_argument():
 
 def test_import_does_not_load_matplotlib():
     code = (
-        "import sys, advbudget, advbudget.sim, advbudget.sim._cli; "
+        "import sys, advbudget, advbudget.sim, advbudget.cli._simulate; "
         "assert 'matplotlib' not in sys.modules, 'matplotlib imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parent.parent)

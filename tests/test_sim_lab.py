@@ -326,8 +326,8 @@ def test_cli_rejects_bad_values_before_training(monkeypatch, args, hint):
     def never(*args, **kwargs):
         raise AssertionError("trained before checking the options")
 
-    monkeypatch.setattr("advbudget.sim._cli.run_experiment", never)
-    monkeypatch.setattr("advbudget.sim._cli.run_map", never)
+    monkeypatch.setattr("advbudget.cli._simulate.run_experiment", never)
+    monkeypatch.setattr("advbudget.cli._simulate.run_map", never)
     result = invoke("--quick", *args)
     assert result.exit_code == 2, result.output
     assert hint in result.output
@@ -337,7 +337,7 @@ def test_cli_unwritable_plot_folder_fails_before_training(tmp_path, monkeypatch)
     def never(*args, **kwargs):
         raise AssertionError("trained before checking --plot")
 
-    monkeypatch.setattr("advbudget.sim._cli.run_experiment", never)
+    monkeypatch.setattr("advbudget.cli._simulate.run_experiment", never)
     a_file = tmp_path / "file"
     a_file.write_text("x")
     result = invoke("--quick", "--plot", str(a_file / "x.png"), "--output-dir", str(tmp_path))

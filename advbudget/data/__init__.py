@@ -2,7 +2,7 @@
 
 ``import advbudget.data`` is light: pyarrow and ``datasets`` are imported only by the
 functions that read or write files. The command line is ``advbudget data prepare``
-(:mod:`advbudget.data._cli`).
+(:mod:`advbudget.cli._data`).
 
 Example:
     >>> from advbudget.data import deduplicate, load_problems, sample_path

@@ -19,9 +19,9 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from .._cli_errors import CommandError, cli_errors
 from ..checks import finite, int_at_least
-from ._run import SCORES
+from ..eval._run import SCORES
+from ._errors import CommandError, cli_errors
 
 AVERAGE = "average"
 METRICS = ("both", "avg", "pass")

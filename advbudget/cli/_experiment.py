@@ -12,10 +12,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .._cli_errors import CommandError, check_output_dir, cli_errors, missing_dependency
-from .._cli_estimators import parse_estimators
-from ._config import PRESETS, LMConfig, lm_config
-from ._experiment import DEAD_GROUP_KEYS, LEDGER_KEYS
+from ..lm._config import PRESETS, LMConfig, lm_config
+from ..lm._experiment import DEAD_GROUP_KEYS, LEDGER_KEYS
+from ._errors import CommandError, cli_errors
+from ._estimators import parse_estimators
+from ._hints import missing_dependency
+from ._preflight import check_output_dir
 
 app = typer.Typer(
     help="Experiments on real trainers (the bandit lab is `advbudget simulate`).",
@@ -144,7 +146,7 @@ def _run(
 ) -> None:
     import warnings
 
-    from ._experiment import run_experiment, write_outputs
+    from ..lm._experiment import run_experiment, write_outputs
 
     console = Console()
     started = time.perf_counter()
@@ -175,7 +177,7 @@ def _run(
         )
     paths = write_outputs(record, output_dir)
     if not no_plot:
-        from ._plot import plot_curves
+        from ..lm._plot import plot_curves
 
         paths.append(plot_curves(record, plot or output_dir / "lm.png"))
     for table in (summary_table, dynamics_table, differences_table, dead_groups_table):

@@ -11,21 +11,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .._cli_errors import (
-    CommandError,
-    atomic_output,
-    check_input_file,
-    check_output_dir,
-    cli_errors,
-    describe,
-    fail,
-    hub_unreachable,
-    missing_dependency,
-    not_cached,
-)
-from .._cli_tables import fit_width
-from ._benchmarks import BENCHMARKS
-from ._run import (
+from ..eval._benchmarks import BENCHMARKS
+from ..eval._run import (
     GENERATIONS,
     GRADERS,
     SCORES,
@@ -37,6 +24,10 @@ from ._run import (
     score_generations,
     write_outputs,
 )
+from ._errors import CommandError, atomic_output, cli_errors, describe, fail
+from ._hints import hub_unreachable, missing_dependency, not_cached
+from ._preflight import check_input_file, check_output_dir
+from ._tables import fit_width
 
 DEFAULT_BENCHMARKS = "amc23,aime24,aime25,math500"
 

@@ -15,11 +15,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .._cli_errors import atomic_output, check_output_dir, cli_errors
-from .._cli_estimators import parse_estimators
 from .._machine import machine_info
-from . import _report
-from ._experiment import (
+from ..sim import _report
+from ..sim._experiment import (
     EXPERIMENTS,
     REGIMES,
     ExperimentConfig,
@@ -28,8 +26,11 @@ from ._experiment import (
     to_json,
     write_json,
 )
-from ._map import MapConfig, map_config, run_map, write_map_json
-from ._train import ENTROPY_PLACES
+from ..sim._map import MapConfig, map_config, run_map, write_map_json
+from ..sim._train import ENTROPY_PLACES
+from ._errors import atomic_output, cli_errors
+from ._estimators import parse_estimators
+from ._preflight import check_output_dir
 
 ALL_EXPERIMENTS = (*EXPERIMENTS, "map")
 REGIME_CHOICES = (*REGIMES, "both")
@@ -333,7 +334,7 @@ def _run_one(
             "machine": machine_info(packages=("advbudget", "numpy")),
         }
         write_json(result, partial / f"{stem}.json", curve_stride=curve_stride, extra=extra)
-        from ._plot import plot_experiment
+        from ..sim._plot import plot_experiment
 
         if plot is None and not no_plot:
             plot_experiment(result, partial / f"{stem}.png")
@@ -375,7 +376,7 @@ def _run_map_command(config: MapConfig, workers: int, output_dir: Path) -> None:
             console.print(map_table(result, other))
         console.print(_report.map_reading(result))
         write_map_json(result, partial / "map.json")
-        from ._plot import plot_map
+        from ..sim._plot import plot_map
 
         plot_map(result, partial / "map.png")
     console.print(
@@ -411,7 +412,7 @@ def experiment_table(data: dict[str, Any]) -> Table:
 
     Examples:
         >>> from advbudget.sim import experiment_config, run_experiment, to_json
-        >>> from advbudget.sim._cli import experiment_table
+        >>> from advbudget.cli._simulate import experiment_table
         >>> config = experiment_config("compare", quick=True, estimators=("dr",), steps=2)
         >>> experiment_table(to_json(run_experiment(config))).row_count
         3

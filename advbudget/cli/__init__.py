@@ -1,4 +1,23 @@
-"""The ``advbudget`` command line."""
+"""The ``advbudget`` command line: the application on top of the library.
+
+This module builds the typer :data:`app` (``advbudget = "advbudget.cli:main"``), with the
+catalogue's own commands, ``estimators`` and ``explain``; every other command has a module
+named after it, which calls the public functions of its subject package:
+
+- ``_data``: ``advbudget data prepare`` (:mod:`advbudget.data`);
+- ``_eval``, ``_compare``: ``advbudget eval``, ``advbudget compare`` (:mod:`advbudget.eval`);
+- ``_simulate``: ``advbudget simulate`` (:mod:`advbudget.sim`);
+- ``_experiment``: ``advbudget experiment lm`` (:mod:`advbudget.lm`).
+
+The helpers they share: ``_errors`` (one-line errors, exit codes, no partial output),
+``_hints`` (the extra to install, the Hub out of reach), ``_preflight`` (paths checked
+before long work), ``_estimators`` (the one parser of ``--estimators`` lists), ``_help``
+(help reflowed for any terminal width), ``_tables`` (tables split to fit the terminal),
+``_estimators_page`` (``estimators --markdown``, docs/estimators.md).
+
+No module outside this package imports it, and none imports typer (rich only for
+:func:`advbudget.eval.evaluate`'s progress bar): the libraries below know no command line.
+"""
 
 from __future__ import annotations
 
@@ -11,23 +30,19 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from . import theory
-from ._cli_errors import (
-    CommandError,
-    atomic_output,
-    check_output_file,
-    cli_errors,
-    missing_dependency,
-)
-from ._cli_estimators import parse_estimators
-from ._cli_help import reflow_help
-from ._cli_tables import fit_width
-from .core import estimator_names, get_spec
-from .data._cli import app as data_app
-from .eval._cli import eval_command
-from .eval._compare import compare_command
-from .lm._cli import app as experiment_app
-from .sim._cli import simulate_command
+from .. import theory
+from ..core import estimator_names, get_spec
+from ._compare import compare_command
+from ._data import app as data_app
+from ._errors import CommandError, atomic_output, cli_errors
+from ._estimators import parse_estimators
+from ._eval import eval_command
+from ._experiment import app as experiment_app
+from ._help import reflow_help
+from ._hints import missing_dependency
+from ._preflight import check_output_file
+from ._simulate import simulate_command
+from ._tables import fit_width
 
 app = typer.Typer(
     help="Reward budgeting and the other group advantage estimators of RL for LLM reasoning.",
@@ -41,7 +56,7 @@ SLOPE_POINTS = (0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99)
 
 def _print_version(value: bool) -> None:
     if value:
-        from . import __version__
+        from .. import __version__
 
         typer.echo(f"advbudget {__version__}")
         raise typer.Exit()
@@ -67,8 +82,8 @@ def estimators(
     ] = False,
 ) -> None:
     """List every estimator of the catalogue (plugins included) and its names in each trainer."""
+    from ..core import CONVENTIONS
     from ._estimators_page import estimators_markdown
-    from .core import CONVENTIONS
 
     if markdown:
         typer.echo(estimators_markdown(), nl=False)
@@ -240,7 +255,3 @@ reflow_help(app)
 
 def main() -> None:
     app()
-
-
-if __name__ == "__main__":
-    main()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from .core import estimator_names, get_spec
-from .core.estimators import all_names
+from ..core import estimator_names, get_spec
+from ..core.estimators import all_names
 
 __all__ = ["parse_estimators"]
 

@@ -4,8 +4,8 @@ page cannot drift from the code (a test compares them)."""
 
 from __future__ import annotations
 
-from .core import CONVENTIONS, EstimatorSpec
-from .core.estimators import BUILTINS
+from ..core import CONVENTIONS, EstimatorSpec
+from ..core.estimators import BUILTINS
 
 HEADER = """# Estimators
 
