@@ -180,11 +180,11 @@ def test_a_patched_compute_loss_refuses_per_sequence_drop() -> None:
     def compute_loss(self: Any, model: Any, inputs: Any) -> Any:
         raise AssertionError("never called")
 
-    compute_loss.__module__ = "unsloth_compiled_cache.UnslothGRPOTrainer"
+    compute_loss.__module__ = "UnslothGRPOTrainer"
     grpo = SimpleNamespace(use_liger_kernel=False, loss_type="grpo")
     message = (
         "skipped_groups: 'resample' with loss_type='grpo' needs TRL's own "
-        "GRPOTrainer.compute_loss, got one from unsloth_compiled_cache.UnslothGRPOTrainer (a "
+        "GRPOTrainer.compute_loss, got one from UnslothGRPOTrainer (a "
         "patched trainer, such as Unsloth's, bypasses the adapter's per-sequence normaliser); "
         "use skipped_groups='keep' or a token-level loss_type (dapo, bnpo, cispo, vespo)"
     )
