@@ -1,9 +1,9 @@
 """``AdvBudgetGRPOTrainer``: TRL's ``GRPOTrainer`` with advbudget's advantages.
 
 TRL (1.13 to 1.16) has no advantage hook (trl issue #4525), so the trainer overrides two
-private methods: ``_calculate_rewards`` (to keep the rewards TRL gathered from every process) and
-``_generate_and_score_completions`` (to replace the advantages in its output before the
-batch is shuffled and split). Advantages are computed on the global batch, because a
+private methods: ``_calculate_rewards`` (to keep the rewards TRL gathered from every
+process) and ``_generate_and_score_completions`` (to replace the advantages in its output
+before the batch is shuffled and split). Advantages are computed on the global batch, because a
 prompt's group can span processes, and each process keeps its own slice.
 """
 
@@ -117,8 +117,10 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
             too; the per-sequence normalisers of grpo, sapo, luspo and dr_grpo count kept
             sequences only, dr_grpo's constant ``max_completion_length`` per sequence
             stays; bnpo's is per micro-batch, dapo's, cispo's and vespo's the generation
-            batch's kept tokens). ``"resample"``: DAPO's dynamic sampling: generate for
-            new prompts until every process holds its share of kept groups, at most
+            batch's kept tokens; refused for the per-sequence losses where the loss does
+            not go through ``_compute_loss``: TRL 1.13 with ``use_liger_kernel``, a
+            patched trainer such as Unsloth's). ``"resample"``: DAPO's dynamic sampling:
+            generate for new prompts until every process holds its share of kept groups, at most
             ``max_generation_batches`` rounds a step, then drop what is still skipped
             (with a warning naming the counts); needs each process's generation batch
             (``per_device_train_batch_size * steps_per_generation``) to hold whole groups.
