@@ -27,13 +27,14 @@ define require_cpu_torch
 	  if cuda and not os.environ.get('ALLOW_CUDA_TORCH') else None"
 endef
 
-# $(call environment,DIR,EXTRAS): a virtual environment with torch from its pin first,
-# then advbudget (editable) with EXTRAS and the test runner.
+# $(call environment,DIR,EXTRAS[,PINS]): a virtual environment with torch from its pin first,
+# then advbudget (editable) with EXTRAS, the test runner and PINS (requirements resolved with
+# them, e.g. an older framework version).
 define environment
 	$(PYTHON) -m venv $(1)
 	$(1)/bin/python -m pip install --quiet --upgrade pip
 	$(call install_torch,$(1))
-	$(1)/bin/python -m pip install --quiet -e ".[$(2)]" pytest hypothesis
+	$(1)/bin/python -m pip install --quiet -e ".[$(2)]" pytest hypothesis $(3)
 	$(call require_cpu_torch,$(1))
 	touch $(1)/.installed
 endef
@@ -70,13 +71,24 @@ test-verl: $(VENV_VERL)/.installed
 bench-verl: $(VENV_VERL)/.installed
 	$(VENV_VERL)/bin/python benchmarks/verl_adapter.py
 
+# The TRL adapter supports trl>=1.13,<1.17 (pyproject's trl extra): its suite runs on the
+# newest (.venv-trl, what pip picks) and the oldest (.venv-trl-oldest, 1.13: what Unsloth's
+# trl<=1.15 pin allows too) of that range.
 VENV_TRL ?= .venv-trl
+VENV_TRL_OLDEST ?= .venv-trl-oldest
+TRL_OLDEST_PIN ?= trl==1.13.*
 $(VENV_TRL)/.installed: pyproject.toml $(PLUGIN)/pyproject.toml
 	$(call environment,$(VENV_TRL),lm)
 	$(VENV_TRL)/bin/python -m pip install --quiet --no-deps ./$(PLUGIN)
 
-test-trl: $(VENV_TRL)/.installed
-	$(VENV_TRL)/bin/python -m pytest -q -p no:cacheprovider tests/adapters/trl advbudget/adapters/trl
+$(VENV_TRL_OLDEST)/.installed: pyproject.toml $(PLUGIN)/pyproject.toml
+	$(call environment,$(VENV_TRL_OLDEST),lm,"$(TRL_OLDEST_PIN)")
+	$(VENV_TRL_OLDEST)/bin/python -m pip install --quiet --no-deps ./$(PLUGIN)
+
+TRL_SUITE := tests/adapters/trl advbudget/adapters/trl
+test-trl: $(VENV_TRL)/.installed $(VENV_TRL_OLDEST)/.installed
+	$(VENV_TRL)/bin/python -m pytest -q -p no:cacheprovider $(TRL_SUITE)
+	$(VENV_TRL_OLDEST)/bin/python -m pytest -q -p no:cacheprovider $(TRL_SUITE)
 
 bench-trl: $(VENV_TRL)/.installed
 	$(VENV_TRL)/bin/python benchmarks/trl_adapter.py
@@ -146,4 +158,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/report.py
 
 clean:
-	rm -rf $(VENV) $(VENV_DEMO) $(VENV_VERL) $(VENV_TRL) $(VENV_OPENRLHF) $(VENV_TUNIX) .pytest_cache .mypy_cache .ruff_cache demo
+	rm -rf $(VENV) $(VENV_DEMO) $(VENV_VERL) $(VENV_TRL) $(VENV_TRL_OLDEST) $(VENV_OPENRLHF) $(VENV_TUNIX) .pytest_cache .mypy_cache .ruff_cache demo

@@ -186,7 +186,7 @@ OPENRLHF = Convention(
 
 TRL = Convention(
     framework="trl",
-    version="1.16",
+    version="1.13, 1.16",
     own_names=_frozen(
         {
             "grpo": 'GRPOTrainer scale_rewards="group"',

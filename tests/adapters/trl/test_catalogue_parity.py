@@ -1,4 +1,4 @@
-"""Parity of the catalogue's TRL estimators with TRL 1.16's own advantage code, which is
+"""Parity of the catalogue's TRL estimators with TRL's own advantage code (1.13, 1.16), which is
 only reachable inside a trainer step: a real GRPOTrainer (``scale_rewards`` "batch",
 "group", "none") and a real RLOOTrainer (``normalize_advantages`` True and False) train
 two steps; we record the gathered rewards (``_calculate_rewards``) and the advantages
