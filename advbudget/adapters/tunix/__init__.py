@@ -15,8 +15,9 @@ Options (all estimators, checked at once): :func:`configure` (``budget=``, ``eps
 ``tie_rtol=``, ``nan_policy=``, ``solved_reward=``, ...), or the environment variable
 ``ADVBUDGET_TUNIX_OPTIONS="budget=0.5,nan_policy=omit"`` read at import (the CLI's route).
 
-:class:`AdvBudgetGRPOLearner` (tunix's ``GRPOLearner``) adds the ``advbudget/*`` metrics to
-tunix's logs and ``skipped_groups="drop"``; :func:`metric_fn` alone gives the metrics to
+:class:`AdvBudgetGRPOLearner` (tunix's ``GRPOLearner``) adds the ``advbudget/*`` metrics,
+κ_eff (``kappa_every``) and the per-prompt ledger to tunix's logs, and
+``skipped_groups="drop"``; :func:`metric_fn` alone gives the metrics to
 any ``GRPOLearner(metric_fns=[...])``. :func:`drgrpo_config` is ``DrGRPOConfig`` with our
 estimator (it fixes its own). Supported tunix versions: :data:`SUPPORTED_TUNIX`.
 """
