@@ -11,7 +11,10 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 from tunix.rl import rl_cluster as rl_cluster_lib  # type: ignore[import-not-found, unused-ignore]
-from tunix.rl.grpo import drgrpo_learner  # type: ignore[import-not-found, unused-ignore]
+from tunix.rl.grpo import (  # type: ignore[import-not-found, unused-ignore]
+    dapo_learner,
+    drgrpo_learner,
+)
 from tunix.rl.grpo.grpo_learner import GRPOLearner  # type: ignore[import-not-found, unused-ignore]
 
 from advbudget.checks import int_at_least
@@ -175,6 +178,13 @@ class AdvBudgetGRPOLearner(GRPOLearner):  # type: ignore[misc, unused-ignore]
             metrics = self._kappa.flush(step)
             if metrics:
                 self.rl_cluster.buffer_metrics(metrics, mode=rl_cluster_lib.Mode.TRAIN)
+
+
+class AdvBudgetDAPOLearner(AdvBudgetGRPOLearner, dapo_learner.DAPOLearner):  # type: ignore[misc, unused-ignore]
+    """tunix's ``DAPOLearner`` (with a ``DAPOConfig``: DAPO's clipping, token-mean loss and,
+    when ``overlong_buffer`` is enabled, its overlong reward shaping, which tunix 0.1.7
+    measures in characters) plus everything :class:`AdvBudgetGRPOLearner` adds. tunix has
+    no dynamic sampling; ``skipped_groups="drop"`` takes dead groups out of the loss."""
 
 
 def drgrpo_config(*, advantage_estimator: str = "reward_budget", **kwargs: Any) -> Any:
