@@ -168,7 +168,10 @@ class KappaTracker:
         if not batches or self.cluster.actor_trainer.train_steps == start_steps:
             return  # nothing scored, or no update happened
         for batch in batches:
-            if batch.before is None or batch.train_steps != start_steps:
+            if batch.before is None:  # our hook did not run (the actor's hooks replaced?)
+                self.failures.append("a batch was not scored before its update")
+                continue
+            if batch.train_steps != start_steps:
                 self.failures.append(
                     "a batch was not scored with the weights its update started from "
                     f"(optimizer step {batch.train_steps}, expected {start_steps})"
