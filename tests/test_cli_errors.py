@@ -477,7 +477,14 @@ def test_data_prepare_tables_fit_80_columns(tmp_path):
         f"Files written in {out}",
         "openrlhf/train.jsonl",
         "dropped repeats with a different answer",
-        exempt=("verl: ", "trl: ", "openrlhf: ", "Prepared data from ", "Files written in "),
+        exempt=(
+            "verl: ",
+            "trl: ",
+            "openrlhf: ",
+            "tunix: ",
+            "Prepared data from ",
+            "Files written in ",
+        ),
     )
     commands = [line for line in output.splitlines() if line.startswith(("verl:", "openrlhf:"))]
     assert len(commands) == 2
