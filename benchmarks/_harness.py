@@ -228,6 +228,11 @@ def versions_line(machine: Mapping[str, Any], names: Sequence[str]) -> str:
     return " · ".join(f"{name} {packages[name]}" for name in names if packages.get(name))
 
 
+def header(title: str, machine: Mapping[str, Any], versions: Sequence[str]) -> list[str]:
+    """A report's first lines: its title, :func:`machine_line` and :func:`versions_line`."""
+    return [f"# {title}", "", machine_line(machine), "", versions_line(machine, versions), ""]
+
+
 # -- command line and output ----------------------------------------------------------
 
 
@@ -250,10 +255,15 @@ def positive_ints(multiple_of: int = 1) -> Callable[[str], list[int]]:
     return parse
 
 
-def write_results(output: Path, payload: Mapping[str, Any], report: str) -> None:
+def write_results(output: Path, payload: Mapping[str, Any], report: str) -> int:
     """``output`` (the JSON payload) and the markdown ``report`` beside it (``.md``), each
-    written atomically; the report goes to stdout."""
+    written atomically; the report goes to stdout, the payload's ``problems`` (paths that
+    disagreed) to stderr. Returns the exit status: 1 when there are problems."""
     atomic_write(output, json.dumps(payload, indent=2, allow_nan=False) + "\n")
     atomic_write(output.with_suffix(".md"), report)
     print(report)
     print(f"wrote {output} and {output.with_suffix('.md')}", file=sys.stderr)
+    problems = payload.get("problems") or []
+    for problem in problems:
+        print(f"DISAGREEMENT: {problem}", file=sys.stderr)
+    return 1 if problems else 0

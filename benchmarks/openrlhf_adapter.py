@@ -45,14 +45,13 @@ from typing import Any
 from _harness import (
     Target,
     compute_ratios,
+    header,
     machine_info,
-    machine_line,
     positive_ints,
     summary,
     table,
     time_call,
     verdict,
-    versions_line,
     write_results,
 )
 
@@ -193,12 +192,7 @@ def drop_cost(adapter: Any, batch: list[Any], length: int, repeats: int) -> floa
 def markdown_report(payload: dict[str, Any]) -> str:
     machine = payload["machine"]
     lines = [
-        "# advbudget OpenRLHF benchmark",
-        "",
-        machine_line(machine),
-        "",
-        versions_line(machine, ("openrlhf", "ray", "torch", "advbudget")),
-        "",
+        *header("advbudget OpenRLHF benchmark", machine, ("openrlhf", "ray", "torch", "advbudget")),
         f"Groups of {GROUP_SIZE}, KL coefficient {KL_COEF}, float32, CPU; B = samples per "
         f"experience (`--rollout.micro_batch_size`; OpenRLHF's default 1, the example's "
         f"{EXAMPLE_MICRO_BATCH}). Ray zero-copy tensor serialisation: "
@@ -317,10 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "drop_costs": drop_costs,
         "problems": problems,
     }
-    write_results(args.output, payload, markdown_report(payload))
-    for problem in problems:
-        print(f"DISAGREEMENT: {problem}", file=sys.stderr)
-    return 1 if problems else 0
+    return write_results(args.output, payload, markdown_report(payload))
 
 
 if __name__ == "__main__":

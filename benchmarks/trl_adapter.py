@@ -28,7 +28,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from _harness import machine_info, machine_line, table, versions_line, write_results
+from _harness import header, machine_info, table, write_results
 
 from advbudget.testing.trl import grpo_config
 
@@ -126,12 +126,9 @@ def run_variant(
 def markdown(payload: dict[str, Any]) -> str:
     info = payload["machine"]
     lines = [
-        "# advbudget TRL adapter benchmark",
-        "",
-        machine_line(info),
-        "",
-        versions_line(info, ("trl", "transformers", "torch", "advbudget")),
-        "",
+        *header(
+            "advbudget TRL adapter benchmark", info, ("trl", "transformers", "torch", "advbudget")
+        ),
         "Smoke run (tiny Qwen3, CPU, 8 completions of 16 tokens per step, G = 4, learning "
         "rate 0 so that all trainers generate the same completions), one warm-up run, then "
         f"{payload['rounds']} rounds in the order A B C D, D C B A, ...; wall time per optimizer "

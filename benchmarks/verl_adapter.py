@@ -30,14 +30,13 @@ from typing import Any
 from _harness import (
     Target,
     compute_ratios,
+    header,
     machine_info,
-    machine_line,
     positive_ints,
     summary,
     table,
     time_call,
     verdict,
-    versions_line,
     write_results,
 )
 
@@ -114,12 +113,7 @@ def check_agreement(calls: dict[str, Callable[[], Any]]) -> list[str]:
 def markdown_report(payload: dict[str, Any]) -> str:
     machine = payload["machine"]
     lines = [
-        "# advbudget verl benchmark",
-        "",
-        machine_line(machine),
-        "",
-        versions_line(machine, ("verl", "torch", "numpy", "advbudget")),
-        "",
+        *header("advbudget verl benchmark", machine, ("verl", "torch", "numpy", "advbudget")),
         f"Groups of {GROUP_SIZE}, uuid4 uids in verl's layout, float32, CPU.",
         "",
         "## Median ms per call",
@@ -193,10 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ),
         "problems": problems,
     }
-    write_results(args.output, payload, markdown_report(payload))
-    for problem in problems:
-        print(f"DISAGREEMENT: {problem}", file=sys.stderr)
-    return 1 if problems else 0
+    return write_results(args.output, payload, markdown_report(payload))
 
 
 if __name__ == "__main__":
