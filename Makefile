@@ -10,7 +10,7 @@ TORCH_PIN ?= torch==2.13.0
 TORCH_INDEX ?=
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo bench lint typecheck clean test-core test-verl test-trl test-openrlhf test-tunix bench-verl bench-trl bench-openrlhf bench-rewards
+.PHONY: test demo bench lint typecheck clean test-core test-verl test-trl test-openrlhf test-tunix bench-verl bench-trl bench-openrlhf bench-tunix bench-rewards
 
 # $(call install_torch,DIR): torch from its pin, before anything that depends on it.
 define install_torch
@@ -131,6 +131,9 @@ $(VENV_TUNIX)/.installed: pyproject.toml $(PLUGIN)/pyproject.toml
 test-tunix: $(VENV_TUNIX)/.installed
 	$(VENV_TUNIX)/bin/python -m pytest -q -p no:cacheprovider tests/adapters/tunix advbudget/adapters/tunix
 
+bench-tunix: $(VENV_TUNIX)/.installed
+	$(VENV_TUNIX)/bin/python benchmarks/tunix_adapter.py
+
 # The demo needs numpy and matplotlib only (the lab is numpy): its own small environment,
 # no torch, no test stack.
 VENV_DEMO ?= .venv-demo
@@ -155,6 +158,7 @@ bench: $(STAMP)
 	if [ -x $(VENV_VERL)/bin/python ]; then $(MAKE) bench-verl; fi
 	if [ -x $(VENV_TRL)/bin/python ]; then $(MAKE) bench-trl; fi
 	if [ -x $(VENV_OPENRLHF)/bin/python ]; then $(MAKE) bench-openrlhf; fi
+	if [ -x $(VENV_TUNIX)/bin/python ]; then $(MAKE) bench-tunix; fi
 	$(BIN)/python benchmarks/report.py
 
 clean:

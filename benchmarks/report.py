@@ -18,6 +18,7 @@ SECTIONS = (
     ("verl", "the verl adapter against verl's grpo / grpo_vectorized", "make bench-verl"),
     ("trl", "the TRL adapter's step-time overhead", "make bench-trl"),
     ("openrlhf", "the OpenRLHF adapter against its advantage code", "make bench-openrlhf"),
+    ("tunix", "the tunix adapter's estimators against tunix's own grpo", "make bench-tunix"),
     ("kappa", "κ_eff's step-time overhead in TRL, before/after the core's pairs", "make bench-trl"),
     (
         "rewards_complexity",

@@ -20,8 +20,9 @@ import torch
 
 from advbudget import compute_advantages, token_advantages
 from advbudget.core import get_convention
+from advbudget.testing.openrlhf import make_args, make_experiences, make_maker
 
-from .conftest import OPENRLHF_WARNINGS, make_args, make_experiences, make_maker
+from .conftest import OPENRLHF_WARNINGS
 
 pytestmark = OPENRLHF_WARNINGS
 OPENRLHF = get_convention("openrlhf")

@@ -97,22 +97,13 @@ def test_rloo_trainer(
     tiny_model: Path, train_dataset: Any, tmp_path: Path, normalize: bool, name: str
 ) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import RLOOConfig, RLOOTrainer
+    from trl import RLOOTrainer
 
-    args = RLOOConfig(
-        output_dir=str(tmp_path / "out"),
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        max_completion_length=16,
-        num_generations=4,
+    from advbudget.testing.trl import rloo_config
+
+    args = rloo_config(
+        tmp_path / "out",
         per_device_train_batch_size=16,
-        learning_rate=1e-3,
-        logging_steps=1,
-        max_steps=2,
-        save_strategy="no",
-        seed=0,
-        disable_tqdm=True,
         beta=0.0,  # no KL in the reward: the outcome rewards alone
         normalize_advantages=normalize,
     )
