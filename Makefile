@@ -154,6 +154,7 @@ bench-rewards: $(STAMP)
 # Every benchmark whose environment exists (make test builds them), then RESULTS.md.
 bench: $(STAMP)
 	$(BIN)/python benchmarks/core.py
+	$(BIN)/python benchmarks/estimators.py
 	$(MAKE) bench-rewards
 	if [ -x $(VENV_VERL)/bin/python ]; then $(MAKE) bench-verl; fi
 	if [ -x $(VENV_TRL)/bin/python ]; then $(MAKE) bench-trl; fi
