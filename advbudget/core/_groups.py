@@ -25,6 +25,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, Literal
 
+import numpy as np
+
 from ._arrays import Array, Namespace, backend
 from ._segment_ops import SEGMENT_OPS, SegmentOps, largest, smallest
 
@@ -165,7 +167,10 @@ class Permuted(Contiguous):
     ``[M, G]`` block, so every reduction is ``Contiguous``'s reshape path.
 
     ``gather`` is the inverse permutation (slot -> rollout): the label and ``positions=``
-    paths build both directions on the host in O(N) (``_labels``).
+    paths build both directions on the host in O(N) (``_labels``). On numpy,
+    ``positions`` may be left to be built when first read: ``flat`` scatters through
+    ``gather`` instead, which saves building the inverse (a scatter of N int64) on every
+    batch grouped by labels.
     """
 
     def __init__(
@@ -174,13 +179,25 @@ class Permuted(Contiguous):
         device: Any,
         num_rollouts: int,
         group_size: int,
-        positions: Array,
+        positions: Array | None,
         *,
         gather: Array,
     ):
         super().__init__(xp, device, num_rollouts, group_size)
-        self.positions = positions
+        if positions is None and backend(xp) != "numpy":
+            raise ValueError(f"positions: expected an array for {backend(xp)}, got None")
+        self._positions = positions  # rollout -> slot
         self._gather = gather  # slot -> rollout (positions is a permutation)
+
+    @property
+    def positions(self) -> Array:
+        """Rollout -> slot: rollout ``k`` is member ``positions[k] % G`` of group
+        ``positions[k] // G``."""
+        if self._positions is None:  # numpy: host arrays, never traced
+            positions = np.empty_like(self._gather)
+            positions[self._gather] = np.arange(self.num_rollouts, dtype=positions.dtype)
+            self._positions = positions
+        return self._positions
 
     def _take(self, x: Array, index: Array) -> Array:
         if self._torch:  # compat's take first rewrites negative indices: 3x slower
@@ -191,7 +208,12 @@ class Permuted(Contiguous):
         return self.xp.reshape(self._take(x, self._gather), (self.num_groups, self.group_size))
 
     def flat(self, rows: Array) -> Array:
-        return self._take(self.xp.reshape(rows, (self.num_rollouts,)), self.positions)
+        values = self.xp.reshape(rows, (self.num_rollouts,))
+        if self._positions is None:  # numpy without the inverse: scatter through gather
+            out = np.empty_like(values)
+            out[self._gather] = values
+            return out
+        return self._take(values, self._positions)
 
     def group_index(self) -> Array:
         return self.positions // self.group_size
