@@ -66,6 +66,7 @@ LOOP_CHECK_N = 4_096
 MIN_TIMED_SECONDS = 0.25  # per row: fast rows get more repeats than --repeats (see time_call)
 AGREE_ATOL = 1e-5  # our paths vs each other and the floor
 LOOP_ATOL = 1e-4  # the loop accumulates in a different order (torch.mean/std)
+SPARSE_ID_STRIDE, SPARSE_ID_OFFSET = 1_009, 10**6  # sparse ids stay below 2**31 (jax int32)
 
 # Targets, reported as booleans in the JSON (see README).
 TARGET_CONTIGUOUS_VS_FLOOR = 1.3
@@ -83,6 +84,7 @@ P_GRPO = "grpo, contiguous"
 P_DR = "dr, contiguous"
 P_ALL = "all estimators (budget+grpo+dr), contiguous"
 P_IDS = "budget, shuffled int ids (factorise each call)"
+P_IDS_SPARSE = "budget, shuffled sparse int ids (dataset indices, factorise each call)"
 P_MAKE_GROUPS = "make_groups, shuffled int ids (factorise only)"
 P_PREBUILT = "budget, shuffled int ids (prebuilt groups)"
 P_IDS_SEGMENT = "budget, shuffled int ids, segment ops (method='segment', factorise each call)"
@@ -100,6 +102,7 @@ PATH_ORDER = (
     P_DR,
     P_ALL,
     P_IDS,
+    P_IDS_SPARSE,
     P_MAKE_GROUPS,
     P_PREBUILT,
     P_IDS_SEGMENT,
@@ -375,7 +378,11 @@ def path_calls(backend: Backend, batch: Batch) -> dict[str, Call]:
     }
     # Labels are factorised eagerly (the group count must be concrete): no jit here.
     calls[P_IDS] = Call(lambda: budget_advantage(shuffled, group_ids=ids), "eager")
-    calls[P_MAKE_GROUPS] = Call(lambda: make_groups(shuffled, group_ids=ids).group_index(), "eager")
+    # The same groups labelled by spread-out ints (e.g. dataset indices): not a small range.
+    sparse_ids = backend.ids(batch.ids * SPARSE_ID_STRIDE + SPARSE_ID_OFFSET)
+    calls[P_IDS_SPARSE] = Call(lambda: budget_advantage(shuffled, group_ids=sparse_ids), "eager")
+    # The groups alone: group_index() would add numpy's inverse, which the row above skips.
+    calls[P_MAKE_GROUPS] = Call(lambda: make_groups(shuffled, group_ids=ids), "eager")
     calls[P_PREBUILT] = Call(lambda: budget_advantage(shuffled, groups=groups), "eager")
     # The same ids through the backends' scatter ops instead of Permuted's gather.
     calls[P_IDS_SEGMENT] = Call(
@@ -439,6 +446,7 @@ def check_agreement(backend: Backend, batch: Batch) -> list[str]:
         P_BUDGET: floor,
         P_ALL: np.stack([floor, grpo, dr]),
         P_IDS: floor[perm],
+        P_IDS_SPARSE: floor[perm],
         P_PREBUILT: floor[perm],
         P_IDS_SEGMENT: floor[perm],
         P_POSITIONS: floor[perm],
