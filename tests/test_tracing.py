@@ -22,6 +22,7 @@ from advbudget import (
     make_groups,
     rloo_advantage,
 )
+from advbudget.core._groups import Permuted
 
 from .conftest import reference_advantages
 
@@ -105,6 +106,29 @@ def test_torch_compile_fullgraph():
     for estimator, out in zip(FUNCTIONS, outputs, strict=True):
         expected = reference_advantages(REWARDS, np.arange(12) // 4, estimator)
         np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_torch_compile_reuses_shuffled_groups():
+    """Equal-size groups in any order (``Permuted``) built eagerly from labels, used in a
+    compiled function: ``flat`` scatters through the gather and the positions are built
+    on demand while tracing, without keeping a traced tensor in the groups."""
+    torch = pytest.importorskip("torch")
+    torch._dynamo.reset()
+    labels = np.array([2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1])
+    rewards = torch.tensor(REWARDS, dtype=torch.float64)
+    groups = make_groups(rewards, group_ids=torch.from_numpy(labels))
+    assert isinstance(groups, Permuted)
+
+    def advantages_and_index(r):
+        return budget_advantage(r, groups=groups), groups.group_index()
+
+    compiled = torch.compile(advantages_and_index, fullgraph=True, backend="eager")
+    out, index = compiled(rewards)
+    expected = reference_advantages(REWARDS, labels, "budget")
+    np.testing.assert_allclose(out.numpy(), expected, atol=1e-12)
+    np.testing.assert_array_equal(index.numpy(), labels)
+    np.testing.assert_array_equal(groups.group_index().numpy(), labels)  # eager again
 
 
 @pytest.mark.slow

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ._arrays import Array, Namespace, backend
+from ._arrays import Array, Namespace, backend, is_traced
 from ._segment_ops import SEGMENT_OPS, SegmentOps, largest, smallest
 
 GroupMethod = Literal["auto", "segment", "padded"]
@@ -166,11 +166,11 @@ class Permuted(Contiguous):
     of group ``positions[k] // G``. One gather lays the batch out as the contiguous
     ``[M, G]`` block, so every reduction is ``Contiguous``'s reshape path.
 
-    ``gather`` is the inverse permutation (slot -> rollout): the label and ``positions=``
-    paths build both directions on the host in O(N) (``_labels``). On numpy,
-    ``positions`` may be left to be built when first read: ``flat`` scatters through
-    ``gather`` instead, which saves building the inverse (a scatter of N int64) on every
-    batch grouped by labels.
+    ``gather`` is the inverse permutation (slot -> rollout). The ``positions=`` path
+    checks and inverts the declared slots on the host in O(N) (``_labels``); the label
+    path builds only ``gather`` for numpy and torch, whose ``flat`` then scatters through
+    it, and the positions are built when first read (a batch grouped by labels per call
+    never pays for the inverse).
     """
 
     def __init__(
@@ -184,7 +184,7 @@ class Permuted(Contiguous):
         gather: Array,
     ):
         super().__init__(xp, device, num_rollouts, group_size)
-        if positions is None and backend(xp) != "numpy":
+        if positions is None and backend(xp) not in ("numpy", "torch"):
             raise ValueError(f"positions: expected an array for {backend(xp)}, got None")
         self._positions = positions  # rollout -> slot
         self._gather = gather  # slot -> rollout (positions is a permutation)
@@ -193,11 +193,20 @@ class Permuted(Contiguous):
     def positions(self) -> Array:
         """Rollout -> slot: rollout ``k`` is member ``positions[k] % G`` of group
         ``positions[k] // G``."""
-        if self._positions is None:  # numpy: host arrays, never traced
-            positions = np.empty_like(self._gather)
-            positions[self._gather] = np.arange(self.num_rollouts, dtype=positions.dtype)
+        if self._positions is not None:
+            return self._positions
+        if self._torch:
+            rollouts = self.xp.arange(
+                self.num_rollouts, dtype=self._gather.dtype, device=self.device
+            )
+            positions = self._gather.new_empty(self.num_rollouts).scatter_(
+                0, self._gather, rollouts
+            )
+        else:
+            positions = inverse_permutation(self._gather)
+        if not is_traced(positions):  # one built inside torch.compile stays in its graph
             self._positions = positions
-        return self._positions
+        return positions
 
     def _take(self, x: Array, index: Array) -> Array:
         if self._torch:  # compat's take first rewrites negative indices: 3x slower
@@ -209,11 +218,15 @@ class Permuted(Contiguous):
 
     def flat(self, rows: Array) -> Array:
         values = self.xp.reshape(rows, (self.num_rollouts,))
-        if self._positions is None:  # numpy without the inverse: scatter through gather
-            out = np.empty_like(values)
-            out[self._gather] = values
-            return out
-        return self._take(values, self._positions)
+        if self._positions is not None:
+            return self._take(values, self._positions)
+        # Scatter through the gather: about the cost of the gather by positions, without
+        # building them.
+        if self._torch:
+            return values.new_empty(self.num_rollouts).scatter_(0, self._gather, values)
+        out = np.empty_like(values)
+        out[self._gather] = values
+        return out
 
     def group_index(self) -> Array:
         return self.positions // self.group_size
@@ -226,6 +239,13 @@ class Permuted(Contiguous):
 
     def __repr__(self) -> str:
         return f"Permuted(num_rollouts={self.num_rollouts}, group_size={self.group_size})"
+
+
+def inverse_permutation(order: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """``inverse[order[i]] = i`` for a host permutation: one O(N) scatter."""
+    inverse = np.empty_like(order)
+    inverse[order] = np.arange(order.shape[0], dtype=order.dtype)
+    return inverse
 
 
 class Segmented(Groups):
