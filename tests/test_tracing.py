@@ -165,11 +165,22 @@ def _inputs_for(name: str, xp: Any) -> dict[str, Any]:
     return {k: xp.asarray(v) for k, v in out.items() if k in declared}
 
 
+def _in_domain(name: str, xp: Any, rewards: Any) -> tuple[Any, dict[str, Any]]:
+    """The rewards (NaN kept) and options an estimator defined on part of the rewards
+    takes: passk binary ones (k <= G), maxrl a positive group mean (it warns otherwise)."""
+    if name == "passk":
+        return xp.where(rewards > 0.5, 1.0, xp.where(rewards <= 0.5, 0.0, rewards)), {"k": 2}
+    if name == "maxrl":
+        return xp.abs(rewards), {}
+    return rewards, {}
+
+
 def _every_estimator(xp: Any, rewards: Any, nan_policy: str) -> dict[str, tuple[Any, Any, Any]]:
     out = {}
     for name in ALL:
+        given, options = _in_domain(name, xp, rewards)
         res = compute_advantages(
-            rewards, name, group_size=G, nan_policy=nan_policy, **_inputs_for(name, xp)
+            given, name, group_size=G, nan_policy=nan_policy, **options, **_inputs_for(name, xp)
         )
         # Python 3.11's cached_property takes a lock, which torch.compile(fullgraph=True)
         # cannot trace: call the property's function itself.
