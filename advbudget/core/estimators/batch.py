@@ -3,6 +3,8 @@ core on the whole (gathered) batch for them."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from ... import checks
 from .._arrays import Array
 from .._stats import GroupedRewards, batch_mean_var, batch_whiten
@@ -35,19 +37,22 @@ def gpg(g: GroupedRewards, *, f_norm: float = 1.0) -> Array:
     return centred * (alpha / f_norm)
 
 
-_WHITENED_BASELINE = "whiten(r − mean): the group-centred reward whitened over the batch's tokens"
+# verl's and OpenRLHF's REINFORCE++-baseline: one declaration, two sets of defaults.
+_WHITENED_BASELINE: dict[str, Any] = {
+    "formula": "whiten(r − mean): the group-centred reward whitened over the batch's tokens",
+    "rules": WHITENING,
+    "inputs": (TOKEN_WEIGHTS,),
+    "skips": "never",
+    "raw_singletons": True,
+    "batch_statistics": WHITEN_NOTE,
+    "slope_of": "dr",
+}
 
 
 @declare(
     name="reinforce_plus_plus_baseline",
-    formula=_WHITENED_BASELINE,
     reference="REINFORCE++-baseline, arXiv 2501.03262 (verl's reinforce_plus_plus_baseline)",
-    rules=WHITENING,
-    inputs=(TOKEN_WEIGHTS,),
-    skips="never",
-    raw_singletons=True,
-    batch_statistics=WHITEN_NOTE,
-    slope_of="dr",
+    **_WHITENED_BASELINE,
 )
 def reinforce_plus_plus_baseline(
     g: GroupedRewards,
@@ -72,14 +77,8 @@ def reinforce_plus_plus_baseline(
 
 @declare(
     name="reinforce_baseline",
-    formula=_WHITENED_BASELINE,
     reference="REINFORCE++-baseline, arXiv 2501.03262 (OpenRLHF's reinforce_baseline)",
-    rules=WHITENING,
-    inputs=(TOKEN_WEIGHTS,),
-    skips="never",
-    raw_singletons=True,
-    batch_statistics=WHITEN_NOTE,
-    slope_of="dr",
+    **_WHITENED_BASELINE,
 )
 def reinforce_baseline(
     g: GroupedRewards,
