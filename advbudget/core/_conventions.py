@@ -168,6 +168,8 @@ VERL = Convention(
             "gpg": "gpg",
             "reinforce_plus_plus_baseline": "reinforce_plus_plus_baseline",
             "remax": "remax",
+            # an outcome advantage: verl's with algorithm.gamma = 1 (its default)
+            "reinforce": "reinforce_plus_plus with gamma 1",
         }
     ),
     options=_frozen(
@@ -180,11 +182,13 @@ VERL = Convention(
                 "var_eps": 1e-8,
                 "var_floor": 0.0,
             },
+            "reinforce": {"std_correction": 1, "var_eps": 1e-8, "var_floor": 0.0},
         }
     ),
     singletons="raw",
     singletons_refused=frozenset({"grpo_passk"}),  # "Pass@k requires at least 2 samples"
-    returns=_frozen({"remax": "reward"}),  # verl's remax: returns - baseline = advantages
+    # verl's remax and reinforce_plus_plus return the reward-to-go, not the advantages
+    returns=_frozen({"remax": "reward", "reinforce": "reward"}),
     extra_names=_frozen({"reward_budget": "budget"}),
     whole_batch="verl calls the estimator once on the whole batch, in its TaskRunner",
 )

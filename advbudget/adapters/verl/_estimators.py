@@ -33,7 +33,8 @@ line, e.g. ``+algorithm.advbudget.budget=0.5``):
 
 Conventions: estimators verl also has (``grpo``, ``rloo``, ...) keep verl's (a group of one
 is scored against mean 0 and std 1, exact ties, eps 1e-6; ``grpo_passk`` raises ValueError
-on a group of one, as verl's; ``remax`` returns the reward-to-go as its returns, as verl's);
+on a group of one, as verl's; ``remax`` and ``reinforce`` (verl's ``reinforce_plus_plus`` at
+``gamma`` 1) return the reward-to-go as their returns, as verl's);
 the others the core's (a group of one, or with rewards within 1e-6, is skipped). Rows whose
 response mask is all zero still count in their group, as in verl. Extra inputs:
 ``response_lengths`` is the response mask's row sum; any other input is taken from what
@@ -195,7 +196,7 @@ def _make(name: str) -> VerlEstimator:
         "    **kwargs: anything else verl passes (``reward_baselines``, ...).\n\n"
         "Returns:\n"
         "    ``(advantages, returns)``, ``[B, L]``: the same tensor, except where verl's own\n"
-        "    estimator of that name returns the reward-to-go (remax).\n"
+        "    estimator returns the reward-to-go (remax, reinforce_plus_plus).\n"
     )
     return estimator
 

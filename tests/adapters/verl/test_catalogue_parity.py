@@ -60,6 +60,7 @@ CASES: dict[str, tuple[Case, ...]] = {
     "gpg": (Case("gpg"),),
     "reinforce_plus_plus_baseline": (Case("reinforce_plus_plus_baseline"),),
     "remax": (Case("remax"),),
+    "reinforce": (Case("reinforce_plus_plus"),),
 }
 
 
@@ -115,13 +116,16 @@ def make_batch(
     return DataProto.from_dict(tensors=tensors, non_tensors={"uid": uids[order]})
 
 
-def run(estimator: str, batch: Any, norm: bool, **options: Any) -> tuple[Any, BaseException | None]:
+def run(
+    estimator: str, batch: Any, norm: bool, gamma: float = 1.0, **options: Any
+) -> tuple[Any, BaseException | None]:
     """``compute_advantage``'s (advantages, returns), or the error it raised."""
     copy = DataProto.from_dict(
         tensors={k: v.clone() for k, v in batch.batch.items()},
         non_tensors={k: v.copy() for k, v in batch.non_tensor_batch.items()},
     )
     config = algorithm_config(estimator, norm_adv_by_std_in_grpo=norm, **options)
+    config.gamma = gamma
     try:
         out = compute_advantage(
             copy, adv_estimator=estimator, norm_adv_by_std_in_grpo=norm, config=config
@@ -142,7 +146,7 @@ def check(mine: torch.Tensor, theirs: torch.Tensor, tol: float) -> None:
 # verl rounds to float32 inside whatever the rewards' dtype: gpg's alpha = bsz /
 # count_nonzero, grpo's std of a group of one (1 + eps), the token counts of the masked
 # whitening (an int mask + 1e-8). float64 agrees to float32 rounding of these only.
-FLOAT32_INSIDE = ("gpg", "grpo", "reinforce_plus_plus_baseline")
+FLOAT32_INSIDE = ("gpg", "grpo", "reinforce_plus_plus_baseline", "reinforce")
 
 
 def _tol(core: str, dtype: torch.dtype) -> float:
@@ -206,6 +210,18 @@ def test_a_missing_input_is_a_type_error_as_in_verl() -> None:
     assert isinstance(their_error, TypeError)
     assert isinstance(our_error, TypeError)
     assert str(our_error).startswith("reward_baselines: advbudget_remax expected one value")
+
+
+def test_reinforce_mirrors_reinforce_plus_plus_at_gamma_one_only() -> None:
+    """verl's reinforce_plus_plus discounts the per-token returns by algorithm.gamma; an
+    outcome advantage has no per-token discount, so ours is verl's at gamma 1 (verl's
+    default) only: at 0.9 the two differ (docs/guides/verl.md)."""
+    batch = make_batch(1, torch.float64, graded=True)
+    (theirs, _), _ = run("reinforce_plus_plus", batch, True, gamma=0.9)
+    (ours, _), _ = run("advbudget_reinforce", batch, True, gamma=0.9)
+    (ours_at_one, _), _ = run("advbudget_reinforce", batch, True)
+    assert torch.equal(ours, ours_at_one)  # ours ignores gamma
+    assert float((ours - theirs).abs().max()) > 0.01
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
