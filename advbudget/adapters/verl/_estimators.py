@@ -202,9 +202,9 @@ def _make(name: str) -> VerlEstimator:
 
 
 def _returns(core: str, token_level_rewards: Any, response_mask: Any, advantages: Any) -> Any:
-    """verl's returns for ``core``: the advantages, except where verl's own estimator
-    returns the reward-to-go of the reward (``remax``: its advantages are the returns minus
-    the baseline), computed as verl does."""
+    """verl's returns for ``core`` (the conventions' ``returns``): the advantages, except
+    where verl's own estimator returns the reward-to-go of the reward (``remax``,
+    ``reinforce_plus_plus`` at gamma 1), computed as verl does."""
     source = VERL.returns_of(core)
     if source == "advantages":
         return advantages
