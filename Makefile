@@ -10,7 +10,7 @@ TORCH_PIN ?= torch==2.13.0
 TORCH_INDEX ?=
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo bench lint typecheck clean test-core test-verl test-trl test-openrlhf test-tunix bench-verl bench-trl bench-openrlhf bench-rewards
+.PHONY: test demo bench lint typecheck clean test-core test-verl test-trl test-openrlhf test-tunix bench-verl bench-trl bench-openrlhf bench-tunix bench-rewards
 
 # $(call install_torch,DIR): torch from its pin, before anything that depends on it.
 define install_torch
@@ -27,13 +27,14 @@ define require_cpu_torch
 	  if cuda and not os.environ.get('ALLOW_CUDA_TORCH') else None"
 endef
 
-# $(call environment,DIR,EXTRAS): a virtual environment with torch from its pin first,
-# then advbudget (editable) with EXTRAS and the test runner.
+# $(call environment,DIR,EXTRAS[,PINS]): a virtual environment with torch from its pin first,
+# then advbudget (editable) with EXTRAS, the test runner and PINS (requirements resolved with
+# them, e.g. an older framework version).
 define environment
 	$(PYTHON) -m venv $(1)
 	$(1)/bin/python -m pip install --quiet --upgrade pip
 	$(call install_torch,$(1))
-	$(1)/bin/python -m pip install --quiet -e ".[$(2)]" pytest hypothesis
+	$(1)/bin/python -m pip install --quiet -e ".[$(2)]" pytest hypothesis $(3)
 	$(call require_cpu_torch,$(1))
 	touch $(1)/.installed
 endef
@@ -70,13 +71,24 @@ test-verl: $(VENV_VERL)/.installed
 bench-verl: $(VENV_VERL)/.installed
 	$(VENV_VERL)/bin/python benchmarks/verl_adapter.py
 
+# The TRL adapter supports trl>=1.13,<1.17 (pyproject's trl extra): its suite runs on the
+# newest (.venv-trl, what pip picks) and the oldest (.venv-trl-oldest, 1.13: what Unsloth's
+# trl<=1.15 pin allows too) of that range.
 VENV_TRL ?= .venv-trl
+VENV_TRL_OLDEST ?= .venv-trl-oldest
+TRL_OLDEST_PIN ?= trl==1.13.*
 $(VENV_TRL)/.installed: pyproject.toml $(PLUGIN)/pyproject.toml
 	$(call environment,$(VENV_TRL),lm)
 	$(VENV_TRL)/bin/python -m pip install --quiet --no-deps ./$(PLUGIN)
 
-test-trl: $(VENV_TRL)/.installed
-	$(VENV_TRL)/bin/python -m pytest -q -p no:cacheprovider tests/adapters/trl advbudget/adapters/trl
+$(VENV_TRL_OLDEST)/.installed: pyproject.toml $(PLUGIN)/pyproject.toml
+	$(call environment,$(VENV_TRL_OLDEST),lm,"$(TRL_OLDEST_PIN)")
+	$(VENV_TRL_OLDEST)/bin/python -m pip install --quiet --no-deps ./$(PLUGIN)
+
+TRL_SUITE := tests/adapters/trl advbudget/adapters/trl
+test-trl: $(VENV_TRL)/.installed $(VENV_TRL_OLDEST)/.installed
+	$(VENV_TRL)/bin/python -m pytest -q -p no:cacheprovider $(TRL_SUITE)
+	$(VENV_TRL_OLDEST)/bin/python -m pytest -q -p no:cacheprovider $(TRL_SUITE)
 
 bench-trl: $(VENV_TRL)/.installed
 	$(VENV_TRL)/bin/python benchmarks/trl_adapter.py
@@ -119,6 +131,9 @@ $(VENV_TUNIX)/.installed: pyproject.toml $(PLUGIN)/pyproject.toml
 test-tunix: $(VENV_TUNIX)/.installed
 	$(VENV_TUNIX)/bin/python -m pytest -q -p no:cacheprovider tests/adapters/tunix advbudget/adapters/tunix
 
+bench-tunix: $(VENV_TUNIX)/.installed
+	$(VENV_TUNIX)/bin/python benchmarks/tunix_adapter.py
+
 # The demo needs numpy and matplotlib only (the lab is numpy): its own small environment,
 # no torch, no test stack.
 VENV_DEMO ?= .venv-demo
@@ -139,11 +154,13 @@ bench-rewards: $(STAMP)
 # Every benchmark whose environment exists (make test builds them), then RESULTS.md.
 bench: $(STAMP)
 	$(BIN)/python benchmarks/core.py
+	$(BIN)/python benchmarks/estimators.py
 	$(MAKE) bench-rewards
 	if [ -x $(VENV_VERL)/bin/python ]; then $(MAKE) bench-verl; fi
 	if [ -x $(VENV_TRL)/bin/python ]; then $(MAKE) bench-trl; fi
 	if [ -x $(VENV_OPENRLHF)/bin/python ]; then $(MAKE) bench-openrlhf; fi
+	if [ -x $(VENV_TUNIX)/bin/python ]; then $(MAKE) bench-tunix; fi
 	$(BIN)/python benchmarks/report.py
 
 clean:
-	rm -rf $(VENV) $(VENV_DEMO) $(VENV_VERL) $(VENV_TRL) $(VENV_OPENRLHF) $(VENV_TUNIX) .pytest_cache .mypy_cache .ruff_cache demo
+	rm -rf $(VENV) $(VENV_DEMO) $(VENV_VERL) $(VENV_TRL) $(VENV_TRL_OLDEST) $(VENV_OPENRLHF) $(VENV_TUNIX) .pytest_cache .mypy_cache .ruff_cache demo

@@ -61,6 +61,66 @@ def build_tiny_model(
     return output
 
 
+def build_tiny_checkpoint(
+    output_dir: str | Path,
+    *,
+    texts: Iterable[str] = DEFAULT_TEXTS,
+    vocab_size: int = 400,
+    hidden_size: int = 32,
+    num_layers: int = 2,
+    seed: int = 0,
+) -> Path:
+    """:func:`build_tiny_model` without torch: the same tokenizer and configuration, and
+    random weights (normal, std 0.02; norms 1) written with numpy as ``model.safetensors``
+    in Hugging Face's Qwen3 layout. For JAX trainers that load Hugging Face checkpoints
+    (tunix's ``create_model_from_safe_tensors``); returns the path.
+
+    Examples:
+        >>> import tempfile
+        >>> from transformers import AutoModelForCausalLM
+        >>> from advbudget.tiny import build_tiny_checkpoint
+        >>> path = build_tiny_checkpoint(tempfile.mkdtemp())
+        >>> model, info = AutoModelForCausalLM.from_pretrained(path, output_loading_info=True)
+        >>> type(model).__name__, info["missing_keys"], info["unexpected_keys"]
+        ('Qwen3ForCausalLM', set(), set())
+    """
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    output = build_tiny_tokenizer(output_dir, texts=texts, vocab_size=vocab_size)
+    config = tiny_qwen3_config(
+        _load_tokenizer(output), hidden_size=hidden_size, num_layers=num_layers
+    )
+    config.save_pretrained(output)
+    rng = np.random.default_rng(seed)
+    d, f, h = config.hidden_size, config.intermediate_size, config.head_dim
+    q, kv = config.num_attention_heads * h, config.num_key_value_heads * h
+    shapes = {"model.embed_tokens.weight": (config.vocab_size, d), "model.norm.weight": (d,)}
+    for i in range(config.num_hidden_layers):
+        layer = f"model.layers.{i}."
+        shapes |= {
+            layer + "self_attn.q_proj.weight": (q, d),
+            layer + "self_attn.k_proj.weight": (kv, d),
+            layer + "self_attn.v_proj.weight": (kv, d),
+            layer + "self_attn.o_proj.weight": (d, q),
+            layer + "self_attn.q_norm.weight": (h,),
+            layer + "self_attn.k_norm.weight": (h,),
+            layer + "mlp.gate_proj.weight": (f, d),
+            layer + "mlp.up_proj.weight": (f, d),
+            layer + "mlp.down_proj.weight": (d, f),
+            layer + "input_layernorm.weight": (d,),
+            layer + "post_attention_layernorm.weight": (d,),
+        }
+    tensors = {
+        name: np.ones(shape, np.float32)
+        if len(shape) == 1
+        else rng.normal(0.0, 0.02, shape).astype(np.float32)
+        for name, shape in shapes.items()
+    }
+    save_file(tensors, str(output / "model.safetensors"), metadata={"format": "pt"})
+    return output
+
+
 def build_tiny_tokenizer(
     output_dir: str | Path, *, texts: Iterable[str] = DEFAULT_TEXTS, vocab_size: int = 400
 ) -> Path:

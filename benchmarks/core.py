@@ -21,11 +21,7 @@ Run: ``python benchmarks/core.py`` (``make bench``), ``--quick`` for a smoke run
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import math
-import os
-import platform
 import statistics
 import sys
 import time
@@ -36,15 +32,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import _harness
 import numpy as np
-
-try:
-    import advbudget
-except ImportError:  # not installed: benchmark the checkout this script lives in
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    import advbudget
-
-from _common import write_atomic
+from _harness import (
+    MAX_REPEATS,
+    Target,
+    format_ms,
+    machine_info,
+    machine_line,
+    positive_ints,
+    summary,
+    table,
+    time_call,
+    verdict,
+    versions_line,
+    write_results,
+)
 
 from advbudget import (
     budget_advantage,
@@ -61,9 +64,9 @@ DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results" / "core.json"
 LOOP_MAX_N = 65_536  # the Python loop takes seconds per call beyond this
 LOOP_CHECK_N = 4_096
 MIN_TIMED_SECONDS = 0.25  # per row: fast rows get more repeats than --repeats (see time_call)
-MAX_REPEATS = 200
 AGREE_ATOL = 1e-5  # our paths vs each other and the floor
 LOOP_ATOL = 1e-4  # the loop accumulates in a different order (torch.mean/std)
+SPARSE_ID_STRIDE, SPARSE_ID_OFFSET = 1_009, 10**6  # sparse ids stay below 2**31 (jax int32)
 
 # Targets, reported as booleans in the JSON (see README).
 TARGET_CONTIGUOUS_VS_FLOOR = 1.3
@@ -81,6 +84,7 @@ P_GRPO = "grpo, contiguous"
 P_DR = "dr, contiguous"
 P_ALL = "all estimators (budget+grpo+dr), contiguous"
 P_IDS = "budget, shuffled int ids (factorise each call)"
+P_IDS_SPARSE = "budget, shuffled sparse int ids (dataset indices, factorise each call)"
 P_MAKE_GROUPS = "make_groups, shuffled int ids (factorise only)"
 P_PREBUILT = "budget, shuffled int ids (prebuilt groups)"
 P_IDS_SEGMENT = "budget, shuffled int ids, segment ops (method='segment', factorise each call)"
@@ -98,6 +102,7 @@ PATH_ORDER = (
     P_DR,
     P_ALL,
     P_IDS,
+    P_IDS_SPARSE,
     P_MAKE_GROUPS,
     P_PREBUILT,
     P_IDS_SEGMENT,
@@ -216,7 +221,6 @@ class Backend:
     ready: Callable[[Any], Any]  # wait for asynchronous results (jax, CUDA)
     jit: Callable[[Callable[..., Any]], Callable[..., Any]]  # identity where eager
     floor: Callable[[Any], Any]
-    version: str
     peak_memory: Callable[[Callable[[], Any]], float | None] = lambda run: None  # MiB
     device: str = "cpu"
 
@@ -258,7 +262,6 @@ def _numpy_backend(device: str) -> Backend:
         ready=lambda x: x,
         jit=lambda fn: fn,
         floor=lambda r: floor_budget_numpy_like(np, r),
-        version=np.__version__,
         peak_memory=_numpy_peak_mib,
     )
 
@@ -290,7 +293,6 @@ def _torch_backend(device: str) -> Backend:
         ready=ready,
         jit=lambda fn: fn,
         floor=floor_budget_torch,
-        version=torch.__version__,
         peak_memory=peak_mib,
         device=device,
     )
@@ -319,7 +321,6 @@ def _jax_backend(device: str) -> Backend:
         ready=jax.block_until_ready,
         jit=jax.jit,
         floor=jax.jit(lambda r: floor_budget_numpy_like(jnp, r)),
-        version=jax.__version__,
         peak_memory=peak_mib,
         device=device,
     )
@@ -377,7 +378,11 @@ def path_calls(backend: Backend, batch: Batch) -> dict[str, Call]:
     }
     # Labels are factorised eagerly (the group count must be concrete): no jit here.
     calls[P_IDS] = Call(lambda: budget_advantage(shuffled, group_ids=ids), "eager")
-    calls[P_MAKE_GROUPS] = Call(lambda: make_groups(shuffled, group_ids=ids).group_index(), "eager")
+    # The same groups labelled by spread-out ints (e.g. dataset indices): not a small range.
+    sparse_ids = backend.ids(batch.ids * SPARSE_ID_STRIDE + SPARSE_ID_OFFSET)
+    calls[P_IDS_SPARSE] = Call(lambda: budget_advantage(shuffled, group_ids=sparse_ids), "eager")
+    # The groups alone: group_index() would add numpy's inverse, which the row above skips.
+    calls[P_MAKE_GROUPS] = Call(lambda: make_groups(shuffled, group_ids=ids), "eager")
     calls[P_PREBUILT] = Call(lambda: budget_advantage(shuffled, groups=groups), "eager")
     # The same ids through the backends' scatter ops instead of Permuted's gather.
     calls[P_IDS_SEGMENT] = Call(
@@ -441,6 +446,7 @@ def check_agreement(backend: Backend, batch: Batch) -> list[str]:
         P_BUDGET: floor,
         P_ALL: np.stack([floor, grpo, dr]),
         P_IDS: floor[perm],
+        P_IDS_SPARSE: floor[perm],
         P_PREBUILT: floor[perm],
         P_IDS_SEGMENT: floor[perm],
         P_POSITIONS: floor[perm],
@@ -481,29 +487,6 @@ def check_loop(backend: Backend, batch: Batch) -> list[str]:
 
 
 # -- timing ---------------------------------------------------------------------------
-
-
-def time_call(
-    call: Call, repeats: int, ready: Callable[[Any], Any], min_seconds: float
-) -> list[float]:
-    """Seconds per call, after warm-up (jit compilation, allocator and caches).
-
-    Fast calls are repeated until ``min_seconds`` have been timed (at most MAX_REPEATS):
-    a median of 5 calls of ~1 ms swings by 2x on a busy or small machine.
-    """
-    per_call = math.inf
-    for _ in range(call.warmup):
-        start = time.perf_counter()
-        ready(call.run())
-        per_call = time.perf_counter() - start
-    if call.warmup and per_call > 0:
-        repeats = max(repeats, min(MAX_REPEATS, math.ceil(min_seconds / per_call)))
-    seconds = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        ready(call.run())
-        seconds.append(time.perf_counter() - start)
-    return seconds
 
 
 def default_repeats(n: int) -> int:
@@ -559,44 +542,23 @@ LOOP_RATIOS = (
 
 def compute_ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Ratios against the targets; at the largest measured N when a target N was not run."""
-    timed = {
-        (r["backend"], r["path"], r["n"]): r["median_ms"]
-        for r in results
-        if r["median_ms"] is not None
-    }
-    sizes = sorted({n for _, _, n in timed})
-    loop_sizes = [n for n in sizes if n <= TARGET_LOOP_N and ("torch", P_LOOP, n) in timed]
-    wanted = []  # (backend, n, ratio spec)
-    if sizes:
-        big = TARGET_N if TARGET_N in sizes else sizes[-1]
-        wanted += [(b, big, spec) for b in BACKEND_ORDER for spec in PER_BACKEND_RATIOS]
+    sizes = sorted({r["n"] for r in results if r["median_ms"] is not None})
+    if not sizes:
+        return []
+    big = TARGET_N if TARGET_N in sizes else sizes[-1]
+    timed_loops = [r["n"] for r in results if r["path"] == P_LOOP and r["median_ms"] is not None]
+    loop_sizes = [n for n in sizes if n <= TARGET_LOOP_N and n in timed_loops]
+    cases = [([r for r in results if r["n"] == big], PER_BACKEND_RATIOS)]
     if loop_sizes:
         loop_n = TARGET_LOOP_N if TARGET_LOOP_N in loop_sizes else loop_sizes[-1]
-        wanted += [("torch", loop_n, spec) for spec in LOOP_RATIOS]
+        torch_rows = [r for r in results if r["n"] == loop_n and r["backend"] == "torch"]
+        cases.append((torch_rows, LOOP_RATIOS))
     ratios = []
-    for backend, n, (name, top, bottom, target, at_most) in wanted:
-        if (backend, top, n) not in timed or (backend, bottom, n) not in timed:
-            continue
-        value = timed[backend, top, n] / timed[backend, bottom, n]
-        ratios.append(
-            {
-                "name": name,
-                "backend": backend,
-                "n": n,
-                "numerator": top,
-                "denominator": bottom,
-                "ratio": value,
-                "target": f"<= {target:g}" if at_most else f">= {target:g}",
-                "meets_target": value <= target if at_most else value >= target,
-            }
-        )
+    for rows, specs in cases:
+        rows.sort(key=lambda r: BACKEND_ORDER.index(r["backend"]))
+        targets = [Target(*spec) for spec in specs]
+        ratios += _harness.compute_ratios(rows, targets, case=("backend", "n"))
     return ratios
-
-
-def format_ms(ms: float | None) -> str:
-    if ms is None:
-        return "skipped"
-    return f"{ms:,.0f}" if ms >= 100 else f"{ms:.3g}"
 
 
 def markdown_report(
@@ -605,17 +567,11 @@ def markdown_report(
     backends = [b for b in BACKEND_ORDER if any(r["backend"] == b for r in results)]
     cells = {(r["backend"], r["path"], r["n"]): r for r in results}
     device = machine.get("device", "cpu")
-    versions = " · ".join(
-        f"{name} {machine[name]}"
-        for name in ("numpy", "torch", "jax", "advbudget")
-        if machine.get(name)
-    )
+    versions = versions_line(machine, ("numpy", "torch", "jax", "advbudget"))
     lines = [
         "# advbudget core benchmark" + ("" if device == "cpu" else f" ({device})"),
         "",
-        f"{machine['date']} · {machine['platform']} · {machine['cpu_count']} CPUs "
-        f"(load {machine['load_average_at_start']}) · torch threads {machine['torch_threads']} "
-        f"· python {machine['python']}",
+        machine_line(machine),
         "",
         f"{versions}" + (f" · devices {machine['jax_devices']}" if device != "cpu" else ""),
         "",
@@ -623,9 +579,8 @@ def markdown_report(
         "*eager* (factorising labels needs concrete values; codes with num_groups=M jit).",
         "",
         *_torch_warning(machine),
-        "| N | path | " + " | ".join(backends) + " |",
-        "|---:|---|" + "---:|" * len(backends),
     ]
+    rows = []
     for n in sorted({r["n"] for r in results}):
         for path in PATH_ORDER:
             row = [cells.get((b, path, n)) for b in backends]
@@ -640,19 +595,18 @@ def markdown_report(
                 if backend == "jax" and cell["mode"] == "eager":
                     text += " *eager*"
                 texts.append(text)
-            lines.append(f"| {n:,} | {path} | " + " | ".join(texts) + " |")
-    lines += [
-        "",
-        "## Ratios",
-        "",
-        "| ratio | backend | N | value | target | meets target |",
-        "|---|---|---:|---:|---|---|",
-    ]
-    for ratio in ratios:
-        lines.append(
-            f"| {ratio['name']} | {ratio['backend']} | {ratio['n']:,} | {ratio['ratio']:.2f} "
-            f"| {ratio['target']} | {'yes' if ratio['meets_target'] else '**no**'} |"
-        )
+            rows.append([f"{n:,}", path, *texts])
+    lines += table(["N", "path", *backends], rows, "rl" + "r" * len(backends))
+    lines += ["", "## Ratios", ""]
+    lines += table(
+        ["ratio", "backend", "N", "value", "target", "meets target"],
+        (
+            [r["name"], r["backend"], f"{r['n']:,}", f"{r['ratio']:.2f}", r["target"],
+             verdict(r["meets_target"], no="**no**")]
+            for r in ratios
+        ),
+        "llrrll",
+    )  # fmt: skip
     return "\n".join(lines + _memory_table(results, backends)) + "\n"
 
 
@@ -672,15 +626,13 @@ def _memory_table(results: list[dict[str, Any]], backends: list[str]) -> list[st
         "`torch.cuda.max_memory_allocated` (CUDA only), jax via the device's memory stats "
         "(GPU only). The rewards themselves take " + f"{n * 4 / 2**20:.1f} MiB (float32).",
         "",
-        "| path | " + " | ".join(shown) + " |",
-        "|---|" + "---:|" * len(shown),
     ]
+    rows = []
     for path in PATH_ORDER:
         row = [cells.get((b, path)) for b in shown]
         if any(v is not None for v in row):
-            texts = ["—" if v is None else f"{v:.1f}" for v in row]
-            lines.append(f"| {path} | " + " | ".join(texts) + " |")
-    return lines
+            rows.append([path, *("—" if v is None else f"{v:.1f}" for v in row)])
+    return lines + table(["path", *shown], rows, "l" + "r" * len(shown))
 
 
 def _torch_warning(machine: dict[str, Any]) -> list[str]:
@@ -698,31 +650,16 @@ def _torch_warning(machine: dict[str, Any]) -> list[str]:
     ]
 
 
-def machine_info(backends: list[Backend], missing: dict[str, str]) -> dict[str, Any]:
-    versions = {b.name: b.version for b in backends}
-    info: dict[str, Any] = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        # Other busy processes slow torch's multi-threaded ops by orders of magnitude.
-        "load_average_at_start": _load_average(),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "torch": versions.get("torch"),
-        "torch_threads": None,
-        "jax": versions.get("jax"),
-        "jax_devices": None,
-        "advbudget": advbudget.__version__,
-        "advbudget_path": str(Path(advbudget.__file__).resolve().parent),
-        "missing_backends": missing,
-    }
-    if "torch" in versions:
-        info["torch_threads"] = sys.modules["torch"].get_num_threads()
-        info["torch_abs_65536_ms"] = {"start": torch_parallel_probe_ms()}
-    if "jax" in versions:
-        info["jax_devices"] = [str(d) for d in sys.modules["jax"].devices()]
-    return info
+def core_machine_info(
+    backends: list[Backend], missing: dict[str, str], device: str
+) -> dict[str, Any]:
+    names = {b.name for b in backends}
+    extra: dict[str, Any] = {"device": device, "missing_backends": missing}
+    if "torch" in names:
+        extra["torch_abs_65536_ms"] = {"start": torch_parallel_probe_ms()}
+    if "jax" in names:
+        extra["jax_devices"] = [str(d) for d in sys.modules["jax"].devices()]
+    return machine_info(("numpy", "torch", "jax", "array-api-compat"), **extra)
 
 
 def torch_parallel_probe_ms() -> float:
@@ -740,31 +677,14 @@ def torch_parallel_probe_ms() -> float:
     return statistics.median(seconds) * 1e3
 
 
-def _load_average() -> str:
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:  # not available on this platform
-        return "n/a"
-
-
 # -- main -----------------------------------------------------------------------------
-
-
-def parse_sizes(text: str) -> list[int]:
-    sizes = [int(part.replace("_", "")) for part in text.split(",") if part.strip()]
-    bad = [n for n in sizes if n <= 0 or n % GROUP_SIZE]
-    if not sizes or bad:
-        raise argparse.ArgumentTypeError(
-            f"expected positive multiples of {GROUP_SIZE} separated by commas, got {text!r}"
-        )
-    return sizes
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--sizes",
-        type=parse_sizes,
+        type=positive_ints(GROUP_SIZE),
         default=None,
         help="rollout counts N, comma-separated (default 4096,65536,1048576; --quick: 4096,65536)",
     )
@@ -829,8 +749,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(args.torch_threads)
-    machine = machine_info(backends, missing)
-    machine["device"] = args.device
+    machine = core_machine_info(backends, missing, args.device)
 
     def repeats_for(n: int) -> int:
         if args.repeats is not None:
@@ -870,15 +789,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         task = progress.add_task("timing", total=len(jobs))
         for backend, n, path, call, repeats in jobs:
             progress.update(task, description=f"{backend.name:5} N={n:>9,} {path}")
-            seconds = time_call(call, repeats, backend.ready, min_seconds)
+            seconds = time_call(
+                call.run,
+                repeats=repeats,
+                warmup=call.warmup,
+                min_seconds=min_seconds,
+                ready=backend.ready,
+            )
             results.append(
                 {
                     "backend": backend.name,
                     "path": path,
                     "n": n,
-                    "median_ms": statistics.median(seconds) * 1e3,
-                    "min_ms": min(seconds) * 1e3,
-                    "repeats": len(seconds),
+                    **summary(seconds),
                     "mode": call.mode,
                     # One more, untimed call: tracing allocations would skew the timing.
                     "peak_mib": None if path == P_LOOP else backend.peak_memory(call.run),
@@ -905,11 +828,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "results": results,
         "ratios": ratios,
     }
-    output: Path = args.output
-    write_atomic(output, json.dumps(payload, indent=2, allow_nan=False) + "\n")
-    write_atomic(output.with_suffix(".md"), report)
-    print(report)
-    console.print(f"wrote {output} and {output.with_suffix('.md')}")
+    write_results(args.output, payload, report)
     return 0
 
 

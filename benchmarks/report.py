@@ -14,10 +14,12 @@ HERE = Path(__file__).resolve().parent
 # (results name, what it measures, how to produce it)
 SECTIONS = (
     ("core", "the core estimators on numpy, torch and jax (CPU)", "python benchmarks/core.py"),
+    ("estimators", "maxrl and passk against a hand-written numpy floor", "make bench"),
     ("gpu", "the core estimators on CUDA (torch, jax), N up to 16M", "bash benchmarks/gpu.sh"),
     ("verl", "the verl adapter against verl's grpo / grpo_vectorized", "make bench-verl"),
     ("trl", "the TRL adapter's step-time overhead", "make bench-trl"),
     ("openrlhf", "the OpenRLHF adapter against its advantage code", "make bench-openrlhf"),
+    ("tunix", "the tunix adapter's estimators against tunix's own grpo", "make bench-tunix"),
     ("kappa", "κ_eff's step-time overhead in TRL, before/after the core's pairs", "make bench-trl"),
     (
         "rewards_complexity",

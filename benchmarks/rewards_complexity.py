@@ -18,24 +18,17 @@ for a smoke run (sizes up to 64k, one repeat).
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import logging
 import math
 import os
-import platform
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from _harness import machine_info, machine_line, table, time_call, write_results
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # the checkout's advbudget, when run as a script
-sys.path.insert(0, str(HERE))
-
-from _common import write_atomic  # noqa: E402
-
 DEFAULT_OUTPUT = HERE / "results" / "rewards_complexity.json"
 SIZES = (1_000, 4_000, 16_000, 64_000, 256_000, 1_000_000)
 FIT_FROM, FIT_TO = 64_000, 1_000_000
@@ -103,14 +96,7 @@ def reward_paths() -> dict[str, Callable[[str], Any]]:
 
 def best_time(call: Callable[[str], Any], response: str, repeats: int) -> float:
     """The best of ``repeats`` timings (one only when a call takes over half a second)."""
-    best = math.inf
-    for _ in range(repeats):
-        start = time.perf_counter()
-        call(response)
-        best = min(best, time.perf_counter() - start)
-        if best > 0.5:
-            break
-    return best
+    return min(time_call(lambda: call(response), repeats=repeats, warmup=0, stop_above=0.5))
 
 
 def exponent(times: dict[int, float], lo: int, hi: int, floor: float = 1e-4) -> float:
@@ -157,8 +143,7 @@ def render(rows: list[dict[str, Any]], sizes: Sequence[int], machine: dict[str, 
     lines = [
         "# advbudget rewards: time against response length",
         "",
-        f"{machine['date']} · {machine['platform']} · {machine['cpu_count']} CPUs · "
-        f"Python {machine['python']} · math-verify {machine['math_verify']}",
+        f"{machine_line(machine)} · math-verify {machine['packages']['math-verify']}",
         "",
         "Each reward entry point on degenerate responses (ground truth `34`), best of "
         f"{machine['repeats']} calls, in ms; the exponent is the least-squares log-log slope "
@@ -174,27 +159,17 @@ def render(rows: list[dict[str, Any]], sizes: Sequence[int], machine: dict[str, 
         "2.9 s at 32k and 13 s at 64k, and math-verify 1.9 s on 256k characters of "
         "unclosed `\\boxed{`.",
         "",
-        "| path | response | " + " | ".join(label(n) for n in sizes) + " | exponent |",
-        "|---|---|" + "---:|" * len(sizes) + "---:|",
     ]
-    for row in rows:
-        cells = " | ".join(f"{row['seconds'][n] * 1e3:.2f}" for n in sizes)
-        kind = row["response"].replace("|", "\\|")
-        lines.append(f"| {row['path']} | {kind} | {cells} | {row['exponent']:.2f} |")
+    lines += table(
+        ["path", "response", *(label(n) for n in sizes), "exponent"],
+        (
+            [row["path"], row["response"].replace("|", "\\|"),
+             *(f"{row['seconds'][n] * 1e3:.2f}" for n in sizes), f"{row['exponent']:.2f}"]
+            for row in rows
+        ),
+        "ll" + "r" * (len(sizes) + 1),
+    )  # fmt: skip
     return "\n".join(lines) + "\n"
-
-
-def machine_info(repeats: int) -> dict[str, Any]:
-    from importlib.metadata import version
-
-    return {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
-        "python": platform.python_version(),
-        "math_verify": version("math-verify"),
-        "repeats": repeats,
-    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -206,15 +181,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.disable(logging.WARNING)  # math-verify warns once that timeouts are off
     sizes = SIZES[:4] if args.quick else SIZES
     repeats = 1 if args.quick else args.repeats
-    machine = machine_info(repeats)
+    machine = machine_info(("math-verify",), repeats=repeats)
     rows = measure(sizes, repeats)
     report = render(rows, sizes, machine)
     for row in rows:
         row["seconds"] = {str(n): t for n, t in row["seconds"].items()}
     payload = {"machine": machine, "sizes": list(sizes), "target": TARGET_EXPONENT, "results": rows}
-    write_atomic(args.output, json.dumps(payload, indent=2, allow_nan=False) + "\n")
-    write_atomic(args.output.with_suffix(".md"), report)
-    print(report)
+    write_results(args.output, payload, report)
     return 0
 
 

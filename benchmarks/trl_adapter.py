@@ -7,7 +7,9 @@ ours with κ_eff every step (two extra forward passes on the max/min-advantage r
 and ours with ``skipped_groups="drop"``. The trainers run in rounds, A B C D then
 D C B A, ..., so that drift of the machine falls on all of them; the wall time of every
 optimizer step (generation, rewards, advantages, loss, backward, optimizer, callbacks) is
-recorded and the median per trainer reported.
+recorded and the median per trainer reported, with the adapter's own work per generation
+batch: each trainer is a thin timing subclass (ours with TRL's part timed apart: our
+override minus TRL's, which our override reaches through ``super()``).
 Targets (adapter overhead < 2 % without κ_eff, ``drop`` < 1 % over ``keep``) are reported,
 never enforced.
 
@@ -18,10 +20,7 @@ Run: ``.venv-trl/bin/python benchmarks/trl_adapter.py`` (``--steps 5`` for a smo
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import os
-import platform
+import functools
 import statistics
 import tempfile
 import time
@@ -29,7 +28,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from _common import write_atomic
+from _harness import header, machine_info, table, write_results
+
+from advbudget.testing.trl import grpo_config
 
 _HERE = Path(__file__).resolve().parent
 
@@ -61,31 +62,46 @@ class StepTimer:
         self.times.append(time.perf_counter() - self._start)
 
 
-def run_variant(variant: str, model_dir: Path, dataset: Any, steps: int, out: Path) -> list[float]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+@functools.cache
+def timed_trainers() -> tuple[type, type]:
+    """TRL's ``GRPOTrainer`` and ours, each recording (in ``trl_ms``) how long TRL's
+    ``_generate_and_score_completions`` takes; ours also records (in ``adapter_ms``) how
+    long its override takes beyond TRL's part: the adapter's own work per generation batch
+    (advantages, metrics, completions-log rewrite; with κ_eff also its before-pass)."""
+    from trl import GRPOTrainer
 
     from advbudget.adapters.trl import AdvBudgetGRPOTrainer
 
-    config = GRPOConfig(
-        output_dir=str(out),
-        use_cpu=True,
-        bf16=False,
-        activation_checkpointing=False,
-        report_to="none",
-        max_completion_length=16,
-        num_generations=4,
-        per_device_train_batch_size=8,
-        # lr 0: every trainer sees the same completions (same seed, same weights), so the
-        # steps differ only by the advantage code; the optimizer still runs.
-        learning_rate=0.0,
-        logging_steps=1,
-        max_steps=steps,
-        save_strategy="no",
-        seed=0,
-        disable_tqdm=True,
-        log_level="error",
-    )
+    class TimedStock(GRPOTrainer):
+        def _generate_and_score_completions(self, inputs: Any) -> Any:
+            start = time.perf_counter()
+            output = super()._generate_and_score_completions(inputs)
+            self.trl_ms.append(1000 * (time.perf_counter() - start))
+            return output
+
+    # The MRO puts TimedStock between ours and TRL's: our super() call is timed there.
+    class TimedOurs(AdvBudgetGRPOTrainer, TimedStock):
+        def _generate_and_score_completions(self, inputs: Any) -> Any:
+            before, start = len(self.trl_ms), time.perf_counter()
+            output = super()._generate_and_score_completions(inputs)
+            spent = 1000 * (time.perf_counter() - start) - sum(self.trl_ms[before:])
+            self.adapter_ms.append(spent)
+            return output
+
+    return TimedStock, TimedOurs
+
+
+def run_variant(
+    variant: str, model_dir: Path, dataset: Any, steps: int, out: Path
+) -> tuple[list[float], list[float]]:
+    """One training run: its step times (the first 2 dropped: one-off warm-up costs) and,
+    for ours, the adapter's own ms per generation batch."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+
+    stock, ours = timed_trainers()
+    # lr 0: every trainer sees the same completions (same seed, same weights), so the
+    # steps differ only by the advantage code; the optimizer still runs.
+    config = grpo_config(out, learning_rate=0.0, max_steps=steps, log_level="error")
     common: dict[str, Any] = {
         "model": AutoModelForCausalLM.from_pretrained(model_dir),
         "processing_class": AutoTokenizer.from_pretrained(model_dir),
@@ -93,115 +109,54 @@ def run_variant(variant: str, model_dir: Path, dataset: Any, steps: int, out: Pa
         "args": config,
         "train_dataset": dataset,
     }
-    CURRENT[0] = variant
     if variant == VARIANTS[0]:
-        trainer = GRPOTrainer(**common)
+        trainer = stock(**common)
     else:
         kappa_every = 1 if "kappa" in variant else 0
         skipped_groups = "drop" if "drop" in variant else "keep"
-        trainer = AdvBudgetGRPOTrainer(**common, advantage_estimator="budget",
-                                       kappa_every=kappa_every,
-                                       skipped_groups=skipped_groups)  # fmt: skip
+        trainer = ours(**common, advantage_estimator="budget", kappa_every=kappa_every,
+                       skipped_groups=skipped_groups)  # fmt: skip
+    trainer.trl_ms, trainer.adapter_ms = [], []
     timer = type("Timer", (StepTimer, TrainerCallback), {})()
     trainer.add_callback(timer)
     trainer.train()
-    return timer.times[2:]  # the first steps pay one-off warm-up costs
-
-
-ADAPTER_MS: dict[str, list[float]] = {}
-CURRENT = [""]  # the variant being run
-
-
-def time_adapter() -> None:
-    """Record the adapter's own time per generation batch: its override minus TRL's."""
-    from trl import GRPOTrainer
-
-    from advbudget.adapters.trl import AdvBudgetGRPOTrainer
-
-    inner_ms: list[float] = []
-    stock, ours = (
-        GRPOTrainer._generate_and_score_completions,
-        (AdvBudgetGRPOTrainer._generate_and_score_completions),
-    )
-
-    def timed_stock(self: Any, inputs: Any) -> Any:
-        start = time.perf_counter()
-        output = stock(self, inputs)
-        inner_ms.append(1000 * (time.perf_counter() - start))
-        return output
-
-    def timed_ours(self: Any, inputs: Any) -> Any:
-        start = time.perf_counter()
-        output = ours(self, inputs)
-        spent = 1000 * (time.perf_counter() - start) - inner_ms.pop()
-        ADAPTER_MS.setdefault(CURRENT[0], []).append(spent)
-        return output
-
-    GRPOTrainer._generate_and_score_completions = timed_stock
-    AdvBudgetGRPOTrainer._generate_and_score_completions = timed_ours
-
-
-def machine() -> dict[str, Any]:
-    import torch
-    import transformers
-    import trl
-
-    import advbudget
-
-    return {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
-        "load_average_at_start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "transformers": transformers.__version__,
-        "trl": trl.__version__,
-        "advbudget": advbudget.__version__,
-    }
+    return timer.times[2:], trainer.adapter_ms
 
 
 def markdown(payload: dict[str, Any]) -> str:
     info = payload["machine"]
     lines = [
-        "# advbudget TRL adapter benchmark",
-        "",
-        f"{info['date']} · {info['platform']} · {info['cpu_count']} CPUs (load "
-        f"{info['load_average_at_start']}) · torch threads {info['torch_threads']}",
-        "",
-        f"trl {info['trl']} · transformers {info['transformers']} · torch {info['torch']} · "
-        f"advbudget {info['advbudget']}",
-        "",
+        *header(
+            "advbudget TRL adapter benchmark", info, ("trl", "transformers", "torch", "advbudget")
+        ),
         "Smoke run (tiny Qwen3, CPU, 8 completions of 16 tokens per step, G = 4, learning "
         "rate 0 so that all trainers generate the same completions), one warm-up run, then "
         f"{payload['rounds']} rounds in the order A B C D, D C B A, ...; wall time per optimizer "
         "step, first 2 steps of each run dropped.",
         "",
-        "| trainer | steps | median ms | min ms | median vs stock |",
-        "|---|---:|---:|---:|---:|",
     ]
     base = payload["results"][VARIANTS[0]]["median_ms"]
+    rows = []
     for variant in VARIANTS:
         row = payload["results"][variant]
         change = 100 * (row["median_ms"] / base - 1)
-        lines.append(
-            f"| {variant} | {row['steps']} | {row['median_ms']:.1f} | {row['min_ms']:.1f} "
-            f"| {change:+.1f} % |"
-        )
+        rows.append([variant, row["steps"], f"{row['median_ms']:.1f}", f"{row['min_ms']:.1f}",
+                     f"{change:+.1f} %"])  # fmt: skip
+    lines += table(["trainer", "steps", "median ms", "min ms", "median vs stock"], rows, "lrrrr")
     lines += [
         "",
         "The adapter's own work per generation batch (its override minus TRL's: advantages, "
         "metrics, completions-log rewrite; with κ_eff also the pass before the update):",
         "",
-        "| trainer | batches | median ms | % of a stock step |",
-        "|---|---:|---:|---:|",
     ]
-    for variant, row in payload["adapter_ms_per_generation_batch"].items():
-        lines.append(
-            f"| {variant} | {row['count']} | {row['median']:.2f} "
-            f"| {100 * row['median'] / base:.1f} % |"
-        )
+    lines += table(
+        ["trainer", "batches", "median ms", "% of a stock step"],
+        (
+            [variant, row["count"], f"{row['median']:.2f}", f"{100 * row['median'] / base:.1f} %"]
+            for variant, row in payload["adapter_ms_per_generation_batch"].items()
+        ),
+        "lrrr",
+    )
     kappa = payload.get("kappa_overhead") or kappa_overhead(payload["results"])
     lines += [
         "",
@@ -261,23 +216,25 @@ def main(argv: list[str] | None = None) -> None:
     from advbudget.tiny import build_tiny_model
 
     payload: dict[str, Any] = {
-        "machine": machine(),
+        "machine": machine_info(("trl", "transformers", "torch", "accelerate")),
         "steps_per_run": args.steps,
         "rounds": args.rounds,
     }
     times: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
+    adapter_ms: dict[str, list[float]] = {variant: [] for variant in VARIANTS[1:]}
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
         model_dir = build_tiny_model(root / "tiny")
         (path,) = write_trl({"train": load_problems(sample_path("dapo"))}, root / "data")
         dataset = datasets.Dataset.from_parquet(str(path), cache_dir=str(root / "cache"))
-        time_adapter()
         run_variant(VARIANTS[0], model_dir, dataset, 4, root / "out")  # warm up
-        ADAPTER_MS.clear()
         for round_ in range(args.rounds):
             order = VARIANTS if round_ % 2 == 0 else VARIANTS[::-1]
             for variant in order:
-                times[variant] += run_variant(variant, model_dir, dataset, args.steps, root / "out")
+                steps, spent = run_variant(variant, model_dir, dataset, args.steps, root / "out")
+                times[variant] += steps
+                if variant in adapter_ms:
+                    adapter_ms[variant] += spent
     payload["results"] = {
         variant: {
             "steps": len(values),
@@ -292,16 +249,13 @@ def main(argv: list[str] | None = None) -> None:
     payload["drop_overhead"] = drop_overhead(payload["results"])
     payload["adapter_ms_per_generation_batch"] = {
         variant: {"median": statistics.median(values), "count": len(values)}
-        for variant, values in ADAPTER_MS.items()
+        for variant, values in adapter_ms.items()
     }
     payload["adapter_ms_note"] = (
         "AdvBudgetGRPOTrainer._generate_and_score_completions minus TRL's (advantages, "
         "metrics, completions-log rewrite; with kappa_eff also its before-pass)"
     )
-    write_atomic(args.output, json.dumps(payload, indent=2) + "\n")
-    report = markdown(payload)
-    write_atomic(args.output.with_suffix(".md"), report)
-    print(report)
+    write_results(args.output, payload, markdown(payload))
 
 
 if __name__ == "__main__":

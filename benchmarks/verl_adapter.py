@@ -1,8 +1,8 @@
 """Timing benchmark of the verl adapter against verl's own ``grpo`` and ``grpo_vectorized``.
 
-One run times, on the same verl ``DataProto`` (N responses in groups of G = 8, verl's
-layout: each prompt's uuid4 uid repeated on adjacent rows; the reward on the last valid
-token of ``token_level_rewards`` [N, L]; float32, CPU):
+One run times, on the same verl ``DataProto`` (:func:`advbudget.testing.verl.make_batch`:
+N responses in groups of G = 8, verl's layout: each prompt's uuid4 uid repeated on adjacent
+rows; the reward on the last valid token of ``token_level_rewards`` [N, L]; float32, CPU):
 
 - verl's ``grpo`` (``core_algos.compute_grpo_outcome_advantage``: a Python loop over rows);
 - verl's ``grpo_vectorized`` (registered estimator; ``np.unique`` on the uid strings);
@@ -21,23 +21,26 @@ a smoke run).
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import os
-import platform
-import statistics
 import sys
-import time
-import uuid
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from _common import write_atomic
+from _harness import (
+    Target,
+    compute_ratios,
+    header,
+    machine_info,
+    positive_ints,
+    summary,
+    table,
+    time_call,
+    verdict,
+    write_results,
+)
 
-_HERE = Path(__file__).resolve().parent
+from advbudget.testing.verl import algorithm_config, make_batch
 
 GROUP_SIZE = 8
 DEFAULT_SIZES = (4_096, 65_536)
@@ -48,20 +51,21 @@ TARGET_VS_GRPO = 100.0
 TARGET_VS_VECTORIZED = 3.0
 AGREE_ATOL = 1e-4
 MIN_TIMED_SECONDS = 0.25
-MAX_REPEATS = 200
 
 P_GRPO = "verl grpo (Python loop)"
 P_VECTORIZED = "verl grpo_vectorized"
 P_OURS_GRPO = "advbudget_grpo"
 P_OURS_BUDGET = "reward_budget"
 PATHS = (P_GRPO, P_VECTORIZED, P_OURS_GRPO, P_OURS_BUDGET)
-# (name, numerator, denominator, target): a speed-up, so it must reach the target.
-RATIOS = (
-    ("verl grpo / advbudget_grpo", P_GRPO, P_OURS_GRPO, TARGET_VS_GRPO),
-    ("verl grpo / reward_budget", P_GRPO, P_OURS_BUDGET, TARGET_VS_GRPO),
-    ("verl grpo_vectorized / advbudget_grpo", P_VECTORIZED, P_OURS_GRPO, TARGET_VS_VECTORIZED),
-    ("verl grpo_vectorized / reward_budget", P_VECTORIZED, P_OURS_BUDGET, TARGET_VS_VECTORIZED),
-)
+# Speed-ups: each must reach its bound (at N = TARGET_N).
+TARGETS = (
+    Target("verl grpo / advbudget_grpo", P_GRPO, P_OURS_GRPO, TARGET_VS_GRPO, at_most=False),
+    Target("verl grpo / reward_budget", P_GRPO, P_OURS_BUDGET, TARGET_VS_GRPO, at_most=False),
+    Target("verl grpo_vectorized / advbudget_grpo", P_VECTORIZED, P_OURS_GRPO,
+           TARGET_VS_VECTORIZED, at_most=False),
+    Target("verl grpo_vectorized / reward_budget", P_VECTORIZED, P_OURS_BUDGET,
+           TARGET_VS_VECTORIZED, at_most=False),
+)  # fmt: skip
 
 
 def import_verl() -> tuple[Any, Any]:
@@ -74,47 +78,22 @@ def import_verl() -> tuple[Any, Any]:
     return core_algos, adapter
 
 
-def make_batch(n: int, length: int, seed: int) -> Any:
-    """A ``DataProto`` as verl builds it (see the module docstring)."""
-    import torch
-    from verl import DataProto
-
-    rng = np.random.default_rng(seed)
-    uids = np.repeat(
-        np.array([str(uuid.UUID(int=int(u))) for u in rng.integers(1, 2**62, n // GROUP_SIZE)]),
-        GROUP_SIZE,
-    ).astype(object)
-    lengths = rng.integers(1, length + 1, n)
-    rewards = torch.zeros(n, length)
-    rewards[torch.arange(n), torch.from_numpy(lengths - 1)] = torch.from_numpy(
-        rng.integers(0, 2, n).astype(np.float32)
-    )
-    mask = (torch.arange(length)[None, :] < torch.from_numpy(lengths)[:, None]).to(torch.int64)
-    return DataProto.from_dict(
-        tensors={"token_level_rewards": rewards, "response_mask": mask},
-        non_tensors={"uid": uids},
-    )
-
-
 def path_calls(batch: Any, core_algos: Any, adapter: Any) -> dict[str, Callable[[], Any]]:
-    from omegaconf import OmegaConf
-
-    config = OmegaConf.create({"norm_adv_by_std_in_grpo": True})
+    """Each path as verl calls an estimator: the batch's tensors and uids, verl's config."""
+    config = algorithm_config("grpo")
     kwargs = {
         "token_level_rewards": batch.batch["token_level_rewards"],
         "response_mask": batch.batch["response_mask"],
         "index": batch.non_tensor_batch["uid"],
     }
     vectorized = core_algos.get_adv_estimator_fn("grpo_vectorized")
+    ours_grpo = adapter.estimator_function(P_OURS_GRPO)
+    ours_budget = adapter.estimator_function(P_OURS_BUDGET)
     return {
         P_GRPO: lambda: core_algos.compute_grpo_outcome_advantage(**kwargs)[0],
         P_VECTORIZED: lambda: vectorized(**kwargs, config=config)[0],
-        P_OURS_GRPO: lambda: adapter.estimator_function("advbudget_grpo")(**kwargs, config=config)[
-            0
-        ],
-        P_OURS_BUDGET: lambda: adapter.estimator_function("reward_budget")(**kwargs, config=config)[
-            0
-        ],
+        P_OURS_GRPO: lambda: ours_grpo(**kwargs, config=config)[0],
+        P_OURS_BUDGET: lambda: ours_budget(**kwargs, config=config)[0],
     }
 
 
@@ -131,110 +110,44 @@ def check_agreement(calls: dict[str, Callable[[], Any]]) -> list[str]:
     return problems
 
 
-def time_call(run: Callable[[], Any], repeats: int) -> list[float]:
-    """Seconds per call after one warm-up; fast calls repeat until MIN_TIMED_SECONDS."""
-    start = time.perf_counter()
-    run()
-    per_call = time.perf_counter() - start
-    if per_call > 0:
-        repeats = max(repeats, min(MAX_REPEATS, int(MIN_TIMED_SECONDS / per_call) + 1))
-    seconds = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        seconds.append(time.perf_counter() - start)
-    return seconds
-
-
-def compute_ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    timed = {(r["path"], r["n"], r["length"]): r["median_ms"] for r in results}
-    ratios = []
-    for n, length in sorted({(r["n"], r["length"]) for r in results}):
-        for name, top, bottom, target in RATIOS:
-            if (top, n, length) not in timed or (bottom, n, length) not in timed:
-                continue
-            ratio = timed[(top, n, length)] / timed[(bottom, n, length)]
-            ratios.append(
-                {
-                    "ratio": name,
-                    "n": n,
-                    "length": length,
-                    "value": ratio,
-                    "target": target,
-                    "meets_target": ratio >= target if n == TARGET_N else None,
-                }
-            )
-    return ratios
-
-
 def markdown_report(payload: dict[str, Any]) -> str:
     machine = payload["machine"]
     lines = [
-        "# advbudget verl benchmark",
-        "",
-        f"verl {machine['verl']}, torch {machine['torch']} ({machine['torch_threads']} threads), "
-        f"{machine['processor']}, {machine['cpu_count']} CPUs, {machine['date']}. "
+        *header("advbudget verl benchmark", machine, ("verl", "torch", "numpy", "advbudget")),
         f"Groups of {GROUP_SIZE}, uuid4 uids in verl's layout, float32, CPU.",
         "",
         "## Median ms per call",
         "",
-        "| N | L | " + " | ".join(PATHS) + " |",
-        "|---:|---:|" + "---:|" * len(PATHS),
     ]
     timed = {(r["path"], r["n"], r["length"]): r["median_ms"] for r in payload["results"]}
-    for n, length in sorted({(r["n"], r["length"]) for r in payload["results"]}):
-        cells = [f"{timed[(p, n, length)]:.3f}" if (p, n, length) in timed else "-" for p in PATHS]
-        lines.append(f"| {n:,} | {length} | " + " | ".join(cells) + " |")
-    lines += [
-        "",
-        f"## Speed-ups (targets at N = {TARGET_N:,})",
-        "",
-        "| ratio | N | L | value | target | met |",
-        "|---|---:|---:|---:|---:|---|",
-    ]
-    for r in payload["ratios"]:
-        met = "-" if r["meets_target"] is None else ("yes" if r["meets_target"] else "no")
-        lines.append(
-            f"| {r['ratio']} | {r['n']:,} | {r['length']} | {r['value']:.1f}x | "
-            f"{r['target']:.0f}x | {met} |"
-        )
+    cases = sorted({(r["n"], r["length"]) for r in payload["results"]})
+    lines += table(
+        ["N", "L", *PATHS],
+        (
+            [f"{n:,}", length, *(f"{timed[p, n, length]:.3f}" if (p, n, length) in timed
+                                 else "-" for p in PATHS)]
+            for n, length in cases
+        ),
+        "rr" + "r" * len(PATHS),
+    )  # fmt: skip
+    lines += ["", f"## Speed-ups (targets at N = {TARGET_N:,})", ""]
+    bounds = {target.name: target.bound for target in TARGETS}
+    lines += table(
+        ["ratio", "N", "L", "value", "target", "met"],
+        (
+            [r["name"], f"{r['n']:,}", r["length"], f"{r['ratio']:.1f}x",
+             f"{bounds[r['name']]:.0f}x", verdict(r["meets_target"])]
+            for r in payload["ratios"]
+        ),
+        "lrrrrl",
+    )  # fmt: skip
     return "\n".join(lines) + "\n"
-
-
-def machine_info() -> dict[str, Any]:
-    import torch
-    import verl
-
-    import advbudget
-
-    return {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "verl": verl.__version__,
-        "advbudget": advbudget.__version__,
-    }
-
-
-def parse_ints(text: str) -> list[int]:
-    try:
-        values = [int(part.replace("_", "")) for part in text.split(",") if part.strip()]
-    except ValueError:
-        values = []
-    if not values or any(v <= 0 for v in values):
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
-    return values
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sizes", type=parse_ints, default=list(DEFAULT_SIZES))
-    parser.add_argument("--lengths", type=parse_ints, default=list(DEFAULT_LENGTHS))
+    parser.add_argument("--sizes", type=positive_ints(GROUP_SIZE), default=list(DEFAULT_SIZES))
+    parser.add_argument("--lengths", type=positive_ints(), default=list(DEFAULT_LENGTHS))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None, help="torch threads")
     parser.add_argument("--seed", type=int, default=0)
@@ -243,9 +156,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.quick:
         args.sizes, args.lengths, args.repeats = [512], [1, 8], 1
-    bad = [n for n in args.sizes if n % GROUP_SIZE]
-    if bad:
-        parser.error(f"--sizes: expected multiples of {GROUP_SIZE}, got {bad}")
     return args
 
 
@@ -256,37 +166,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     core_algos, adapter = import_verl()
+    machine = machine_info(("verl", "torch", "numpy"))
     results, problems = [], []
     for n in args.sizes:
         for length in args.lengths:
-            calls = path_calls(make_batch(n, length, args.seed), core_algos, adapter)
+            batch = make_batch([GROUP_SIZE] * (n // GROUP_SIZE), length=length, seed=args.seed,
+                               shuffle=False)  # fmt: skip
+            calls = path_calls(batch, core_algos, adapter)
             problems += [f"N={n}, L={length}: {p}" for p in check_agreement(calls)]
             for path, run in calls.items():
-                seconds = time_call(run, args.repeats)
-                results.append(
-                    {
-                        "path": path,
-                        "n": n,
-                        "length": length,
-                        "median_ms": statistics.median(seconds) * 1e3,
-                        "repeats": len(seconds),
-                    }
-                )
+                seconds = time_call(run, repeats=args.repeats, min_seconds=MIN_TIMED_SECONDS)
+                results.append({"path": path, "n": n, "length": length, **summary(seconds)})
                 print(f"N={n:>7,} L={length:>4} {path:<28} {results[-1]['median_ms']:10.3f} ms")
     payload = {
-        "machine": machine_info(),
+        "machine": machine,
         "group_size": GROUP_SIZE,
         "results": results,
-        "ratios": compute_ratios(results),
+        "ratios": compute_ratios(
+            results, TARGETS, case=("n", "length"), judged=lambda case: case["n"] == TARGET_N
+        ),
         "problems": problems,
     }
-    write_atomic(args.output, json.dumps(payload, indent=2) + "\n")
-    report = markdown_report(payload)
-    write_atomic(args.output.with_suffix(".md"), report)
-    print(report)
-    for problem in problems:
-        print(f"DISAGREEMENT: {problem}", file=sys.stderr)
-    return 1 if problems else 0
+    return write_results(args.output, payload, markdown_report(payload))
 
 
 if __name__ == "__main__":

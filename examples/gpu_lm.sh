@@ -20,7 +20,7 @@ if [[ "${1:-}" == "--dry-run" ]]; then
   shift
 fi
 WHEELS=(
-  "trl>=1.16.0,<1.17" "datasets>=3.0" "pandas>=2.0" "pyarrow>=15"
+  "trl>=1.13.0,<1.17" "datasets>=3.0" "pandas>=2.0" "pyarrow>=15"
   "array-api-compat>=1.11" "typer>=0.12" "rich>=13" "matplotlib>=3.8"
 )
 missing=$("$PYTHON" - "${WHEELS[@]}" <<'PY'

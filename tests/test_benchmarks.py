@@ -30,6 +30,17 @@ def test_core_benchmark_runs_and_agrees(tmp_path):
     assert "## Peak memory per call" in report
 
 
+def test_estimators_benchmark_runs_and_agrees(tmp_path):
+    output = tmp_path / "estimators.json"
+    args = ["--sizes", "4096", "--repeats", "1", "--output", str(output)]
+    script = SCRIPT.parent / "estimators.py"
+    run = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    payload = json.loads(output.read_text())
+    assert payload["problems"] == []  # ours and the hand-written floor agree
+    assert {r["name"] for r in payload["ratios"]} == {"maxrl / floor", "passk / floor"}
+
+
 def test_report_collects_results(tmp_path):
     spec = importlib.util.spec_from_file_location("benchmark_report", SCRIPT.parent / "report.py")
     report = importlib.util.module_from_spec(spec)

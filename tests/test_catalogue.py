@@ -14,8 +14,10 @@ from advbudget import (
     EstimatorSpec,
     Input,
     Option,
+    Rule,
     compute_advantages,
     estimator_names,
+    estimator_spec,
     get_spec,
     register_estimator,
     unregister_estimator,
@@ -264,3 +266,37 @@ def test_version_and_a_huge_group_size_are_one_line_answers():
     assert huge.exit_code == 2
     assert "1024" in huge.output
     assert "Traceback" not in huge.output
+
+
+def test_a_plugin_refuses_raw_singletons_unless_it_declares_them():
+    # Without the declaration a group of one would silently get 0 and valid=True.
+    def centred(grouped, *, scale=1.0):
+        return scale * grouped.deviation() * grouped.kept_rows()
+
+    register_estimator("plain_centred", centred)
+    rewards = np.array([3.0, 1.0, 0.0])
+    with pytest.raises(ValueError, match=r"singletons: expected 'skip' for the plain_centred"):
+        compute_advantages(rewards, "plain_centred", group_ids=[0, 1, 1], singletons="raw")
+
+    def centred_raw(grouped, *, scale=1.0):
+        return grouped.with_raw_singletons(scale * grouped.deviation() * grouped.kept_rows())
+
+    register_estimator(estimator_spec(centred_raw, raw_singletons=True))
+    result = compute_advantages(rewards, "centred_raw", group_ids=[0, 1, 1], singletons="raw")
+    np.testing.assert_allclose(result.advantages, [3.0, 0.5, -0.5])
+    assert result.valid.tolist() == [True, True, True]
+
+
+def test_options_come_from_the_signature_once():
+    spec = get_spec("reinforce_baseline")
+    assert {o.name: o.default for o in spec.options} == {
+        "std_correction": 0,
+        "var_eps": 0.0,
+        "var_floor": 1e-8,
+        "std_norm": True,
+    }
+    verl = get_spec("reinforce_plus_plus_baseline")
+    assert verl.option("std_correction").default == 1
+    assert verl.option("var_eps").default == 1e-8
+    with pytest.raises(TypeError, match=r"rules: 'scale' is not a keyword parameter"):
+        estimator_spec(lambda grouped: grouped.deviation(), rules={"scale": Rule()})

@@ -40,6 +40,7 @@ from advbudget.data import (
     split_problems,
     write_openrlhf,
     write_trl,
+    write_tunix,
     write_verl,
 )
 from advbudget.data._problems import text_index
@@ -439,7 +440,7 @@ def test_write_openrlhf_reads_back_with_datasets(sample, tmp_path):
     ]
 
 
-@pytest.mark.parametrize("writer", [write_verl, write_trl, write_openrlhf])
+@pytest.mark.parametrize("writer", [write_verl, write_trl, write_openrlhf, write_tunix])
 def test_writers_reject_bad_splits(sample, tmp_path, writer):
     with pytest.raises(ValueError, match="splits: nothing to write, every split is empty"):
         writer({"train": []}, tmp_path)
@@ -452,10 +453,12 @@ def test_writers_reject_bad_splits(sample, tmp_path, writer):
 
 
 def test_parse_formats():
-    assert parse_formats("all") == ("verl", "trl", "openrlhf")
+    assert parse_formats("all") == ("verl", "trl", "openrlhf", "tunix")
     assert parse_formats(["TRL", "verl", "trl"]) == ("trl", "verl")
     assert parse_formats("verl,") == ("verl",)
-    with pytest.raises(ValueError, match="formats: expected 'verl', 'trl', 'openrlhf' or 'all'"):
+    with pytest.raises(
+        ValueError, match="formats: expected 'verl', 'trl', 'openrlhf', 'tunix' or 'all'"
+    ):
         parse_formats("verl,nemo")
     with pytest.raises(ValueError, match="expected at least one format name"):
         parse_formats("")
@@ -471,9 +474,15 @@ def test_prepare_writes_every_format(tmp_path):
         "verl": ["verl/train.parquet", "verl/val.parquet"],
         "trl": ["trl/train.parquet", "trl/val.parquet"],
         "openrlhf": ["openrlhf/train.jsonl", "openrlhf/val.jsonl"],
+        "tunix": ["tunix/train.jsonl", "tunix/val.jsonl"],
     }
     assert [row["label"] for row in read_jsonl(tmp_path / "openrlhf" / "val.jsonl")] == [
         p.answer for p in result.val
+    ]
+    tunix = read_jsonl(tmp_path / "tunix" / "val.jsonl")
+    assert [row["answer"] for row in tunix] == [p.answer for p in result.val]
+    assert [row["prompt"] for row in tunix] == [
+        row["prompt"] for row in read_jsonl(tmp_path / "openrlhf" / "val.jsonl")
     ]
     # The same seed, the same split.
     again = prepare(tmp_path / "again", source=sample_path(), val_fraction=0.125, seed=7)

@@ -136,6 +136,27 @@ RULES: list[tuple[str, Run | Covered]] = [
         ),
     ),
     (
+        r"python examples/tunix_qwen3\.py --smoke( --output-dir \S+)?",
+        Covered(
+            "tests/adapters/tunix/test_tunix_example.py::test_smoke_run_trains_on_kept_groups",
+            "the smoke run in the tunix environment",
+        ),
+    ),
+    (
+        r"python examples/tunix_qwen3\.py --dry-run .*",
+        Covered(
+            "tests/test_examples_protocol.py::test_tunix_dry_run_prints_the_settings",
+            "as written, in the core environment (it needs no jax)",
+        ),
+    ),
+    (
+        r"python examples/tunix_qwen3\.py --data .*",
+        Covered(
+            "tests/adapters/tunix/test_tunix_example.py::test_every_baseline_and_estimator_builds_its_tunix_config",
+            "a TPU or GPU and the hub; every tunix config it builds, and the smoke run",
+        ),
+    ),
+    (
         r"bash examples/verl_qwen3\.sh --dry-run",
         Covered(
             "tests/adapters/verl/test_example.py::test_dry_run_validates", "in the verl environment"

@@ -1,9 +1,11 @@
-"""The three examples are one experiment: the settings each script passes its trainer
+"""The four examples are one experiment: the settings each script passes its trainer
 agree with the protocol and baseline tables of examples/README.md.
 
 The verl and OpenRLHF commands come from the scripts' ``--print`` (bash only); the TRL
 settings from the example's own ``config_settings`` (no TRL needed to compute them; the
-TRL tests build a ``GRPOConfig`` from every one)."""
+TRL tests build a ``GRPOConfig`` from every one); the tunix settings from its
+``algo_settings`` and ``training_settings`` (no jax needed; the tunix tests build every
+tunix config from them)."""
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 README = (EXAMPLES / "README.md").read_text()
-FRAMEWORKS = ("verl", "TRL", "OpenRLHF")
+FRAMEWORKS = ("verl", "TRL", "OpenRLHF", "tunix")
 
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 
@@ -87,8 +89,8 @@ def openrlhf_flags(baseline: str = "grpo", budget: str = "1") -> dict[str, list[
     return flags
 
 
-def load_trl_example() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("trl_qwen3_protocol", EXAMPLES / "trl_qwen3.py")
+def load_example(script: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"{script}_protocol", EXAMPLES / f"{script}.py")
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -97,13 +99,20 @@ def load_trl_example() -> ModuleType:
     return module
 
 
-TRL = load_trl_example()
+TRL = load_example("trl_qwen3")
+TUNIX = load_example("tunix_qwen3")
 
 
 def trl_settings(baseline: str = "grpo") -> tuple[dict[str, Any], Any]:
     args = TRL.parse_args(["--dry-run", "--baseline", baseline])
     args.eos_token_id = None
     return TRL.config_settings(args, has_validation=True), args
+
+
+def tunix_settings(baseline: str = "grpo") -> tuple[dict[str, Any], dict[str, Any], Any]:
+    """The tunix example's algorithm config fields, training settings and arguments."""
+    args = TUNIX.parse_args(["--dry-run", "--baseline", baseline])
+    return TUNIX.algo_settings(args)[1], TUNIX.training_settings(args), args
 
 
 def eval_command(script: str) -> list[str]:
@@ -128,11 +137,13 @@ def test_shared_settings_agree_with_the_protocol() -> None:
     orl = openrlhf_flags()
     trl, _ = trl_settings()
     generations = trl["per_device_train_batch_size"] * trl["gradient_accumulation_steps"]
+    tunix_algo, tunix, _ = tunix_settings()
     checks: dict[str, dict[str, float]] = {
         "rollouts per prompt": {
             "verl": float(verl["actor_rollout_ref.rollout.n"]),
             "TRL": trl["num_generations"],
             "OpenRLHF": float(orl["--rollout.n_samples_per_prompt"][0]),
+            "tunix": tunix_algo["num_generations"],
         },
         "prompts per update": {
             "verl": float(verl["data.train_batch_size"]),
@@ -140,26 +151,31 @@ def test_shared_settings_agree_with_the_protocol() -> None:
             "TRL": generations / trl["num_generations"],
             "OpenRLHF": float(orl["--rollout.batch_size"][0]),
             "OpenRLHF update": float(orl["--train.batch_size"][0]) / 8,
+            "tunix": tunix["mini_batch_size"],
         },
         "training steps": {
             "verl": float(verl["trainer.total_training_steps"]),
             "TRL": trl["max_steps"],
             "OpenRLHF": float(orl["--data.max_samples"][0]) / 32,
+            "tunix": tunix["max_steps"],
         },
         "response tokens": {
             "verl": float(verl["data.max_response_length"]),
             "TRL": trl["max_completion_length"],
             "OpenRLHF": float(orl["--rollout.max_new_tokens"][0]),
+            "tunix": tunix["rollout"]["max_tokens_to_generate"],
         },
         "sampling temperature": {
             "verl": float(verl["actor_rollout_ref.rollout.temperature"]),
             "TRL": trl["temperature"],
             "OpenRLHF": float(orl["--rollout.temperature"][0]),
+            "tunix": tunix["rollout"]["temperature"],
         },
         "learning rate": {
             "verl": float(verl["actor_rollout_ref.actor.optim.lr"]),
             "TRL": trl["learning_rate"],
             "OpenRLHF": float(orl["--actor.adam.lr"][0]),
+            "tunix": tunix["learning_rate"],
         },
         "entropy bonus": {
             "verl": float(verl["actor_rollout_ref.actor.entropy_coeff"]),
@@ -188,6 +204,10 @@ def test_validation_agrees() -> None:
     assert trl["eval_steps"] == every
     assert trl["num_generations_eval"] == samples
     assert "training temperature" in PROTOCOL["validation"]["TRL"]  # the stated difference
+    _, tunix, _ = tunix_settings()
+    assert tunix["eval_every_n_steps"] == every
+    assert tunix["checkpoint_every"] == every  # with the checkpoints
+    assert tunix["validation_rollout"] == {"n": samples, "temperature": temperature}
 
 
 def test_evaluation_agrees() -> None:
@@ -199,6 +219,7 @@ def test_evaluation_agrees() -> None:
         "verl": eval_command("verl_qwen3.sh"),
         "OpenRLHF": eval_command("openrlhf_qwen3.sh"),
         "TRL": TRL.eval_command(args, Path("final"))[3:],
+        "tunix": TUNIX.eval_command(tunix_settings()[2], Path("final"))[3:],
     }
     for where, command in commands.items():
         assert option(command, "--benchmarks") == benchmarks, where
@@ -219,6 +240,8 @@ def test_chat_template_default_everywhere() -> None:
     trl, args = trl_settings()
     assert "chat_template_kwargs" not in trl
     assert "thinking" not in " ".join(TRL.eval_command(args, Path("final")))
+    assert "thinking" not in " ".join(TUNIX.eval_command(tunix_settings()[2], Path("final")))
+    assert "enable_thinking" not in (EXAMPLES / "tunix_qwen3.py").read_text()  # the default
 
 
 def _clip_and_kl(baseline: str) -> tuple[tuple[float, float], float]:
@@ -247,6 +270,13 @@ def test_each_baseline_agrees_where_the_framework_has_it(baseline: str) -> None:
         trl, _ = trl_settings(baseline)
         assert (trl["epsilon"], trl.get("epsilon_high", trl["epsilon"])) == (low, high)
         assert trl["beta"] == kl
+    if row["tunix"] == "–":
+        with pytest.raises(SystemExit):
+            TUNIX.parse_args(["--dry-run", "--baseline", baseline])
+    else:
+        tunix, _, _ = tunix_settings(baseline)
+        assert (tunix["epsilon"], tunix.get("epsilon_high", tunix["epsilon"])) == (low, high)
+        assert tunix["beta"] == kl
     if row["OpenRLHF"] == "–":
         out = run("openrlhf_qwen3.sh", "--print", BASELINE=baseline)
         assert out.returncode == 2
@@ -269,13 +299,19 @@ def test_dapo_extras_everywhere() -> None:
     _, args = trl_settings("dapo")
     assert args.overlong_buffer == 4096
     assert TRL.trainer_options(args)["skipped_groups"] == "resample"  # the adapter's
+    tunix_algo, tunix, _ = tunix_settings("dapo")
+    assert tunix_algo["overlong_buffer"]["overlong_buffer_length"] == 4096
+    assert tunix_algo["overlong_buffer"]["max_response_length"] == 8192
+    # tunix has no dynamic sampling: the stated difference, and what the example does instead
+    assert "no dynamic sampling" in BASELINES["dapo"]["tunix"]
+    assert tunix["learner"]["skipped_groups"] == "drop"
 
 
 def test_the_held_out_split_is_the_same_in_every_format(tmp_path: Path) -> None:
     """Each script prepares its own format; the table promises one split (same seed)."""
     pd = pytest.importorskip("pandas")
     pytest.importorskip("pyarrow")
-    for fmt in ("verl", "trl", "openrlhf"):
+    for fmt in ("verl", "trl", "openrlhf", "tunix"):
         out = subprocess.run(
             [sys.executable, "-c", "from advbudget.cli import main; main()", "data", "prepare",
              "--sample", "--format", fmt, "--val-size", "8", "-o", str(tmp_path / fmt)],
@@ -288,6 +324,8 @@ def test_the_held_out_split_is_the_same_in_every_format(tmp_path: Path) -> None:
     trl = list(pd.read_parquet(tmp_path / "trl/trl/val.parquet").solution)
     lines = (tmp_path / "openrlhf/openrlhf/val.jsonl").read_text().splitlines()
     assert verl == trl == [json.loads(line)["label"] for line in lines]
+    lines = (tmp_path / "tunix/tunix/val.jsonl").read_text().splitlines()
+    assert verl == [json.loads(line)["answer"] for line in lines]
     assert len(verl) == 8
 
 
@@ -300,6 +338,21 @@ def test_the_same_run_has_the_same_name_in_every_framework(budget: str) -> None:
         estimator = "budget" if budget == "1" else "baseline"
         trl = TRL.run_name(TRL.parse_args(["--dry-run", "--baseline", baseline,
                                            "--estimator", estimator]))  # fmt: skip
-        assert verl == orl == trl, (verl, orl, trl)
+        tunix = TUNIX.run_name(TUNIX.parse_args(["--dry-run", "--baseline", baseline,
+                                                 "--estimator", estimator]))  # fmt: skip
+        assert verl == orl == trl == tunix, (verl, orl, trl, tunix)
         names.add(verl)
     assert len(names) == 4
+
+
+def test_tunix_dry_run_prints_the_settings() -> None:
+    """The documented command, as written, from the repository root (no jax needed)."""
+    out = subprocess.run(
+        [sys.executable, "examples/tunix_qwen3.py", "--dry-run", "--baseline", "dapo"],
+        capture_output=True, text=True, cwd=ROOT, timeout=120, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    assert summary["config"]["class"] == "DAPOConfig"
+    assert summary["training"]["learner"]["estimator"] == "reward_budget"
+    assert summary["output_dir"] == "runs/tunix/qwen3-8b_dapo_budget"

@@ -3,10 +3,12 @@ equal what the stable-argsort path gave, on every backend, bit for bit."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import array_api_compat
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from advbudget import compute_advantages, make_groups
@@ -14,7 +16,7 @@ from advbudget.core._groups import Contiguous, Padded, Permuted, Segmented
 from advbudget.core._labels import _equal_group_slots, _factorize_host
 from advbudget.metrics import kappa_pairs
 
-from .conftest import to_numpy
+from .conftest import reference_advantages, to_numpy
 
 ESTIMATORS = ("budget", "grpo", "dr", "rloo")
 REWARD_VALUES = [-1.0, 0.0, 0.1, 0.2, 0.3, 0.5, 1.0, 3.0]  # sums depend on their order
@@ -216,3 +218,100 @@ def test_explicit_positions_are_checked_and_inverted(slots):
     groups = make_groups(r, group_size=group_size, positions=positions)
     np.testing.assert_array_equal(groups._gather, np.argsort(positions))
     np.testing.assert_array_equal(groups.positions, positions)
+
+
+# -- the fast label paths against a plain float64 / stable-argsort reference -----------
+
+ID_KINDS = {
+    "dense": lambda m, draw: list(range(m)),  # ids 0..M-1: one sort when M divides N
+    "negative": lambda m, draw: [g - m // 2 - 1 for g in range(m)],  # dense, low < 0
+    "gaps": lambda m, draw: [3 * g for g in range(m)],  # dense range, values missing
+    "sparse": lambda m, draw: draw(  # one sort of packed (label, row) keys
+        st.lists(st.integers(0, 10**12), min_size=m, max_size=m, unique=True)
+    ),
+    "huge": lambda m, draw: draw(  # too wide to pack with the row: np.unique
+        st.lists(st.integers(-(2**62), 2**62), min_size=m, max_size=m, unique=True)
+    ),
+    "strings": lambda m, draw: draw(
+        st.lists(st.text("abc", min_size=1, max_size=4), min_size=m, max_size=m, unique=True)
+    ),
+}
+
+
+@st.composite
+def id_batches(draw):
+    """Shuffled labels of every shape (equal sizes, unequal, one group, all singletons)
+    and kind, as a list or a numpy array, with float64 rewards on a grid."""
+    shape = draw(st.sampled_from(["equal", "unequal", "one group", "singletons"]))
+    if shape == "equal":
+        sizes = [draw(st.integers(2, 6))] * draw(st.integers(2, 12))
+    elif shape == "unequal":
+        sizes = draw(st.lists(st.integers(1, 6), min_size=2, max_size=12))
+    elif shape == "one group":
+        sizes = [draw(st.integers(1, 12))]
+    else:
+        sizes = [1] * draw(st.integers(1, 24))
+    names = ID_KINDS[draw(st.sampled_from(sorted(ID_KINDS)))](len(sizes), draw)
+    labels = [names[g] for g, size in enumerate(sizes) for _ in range(size)]
+    order = draw(st.permutations(range(len(labels))))
+    labels = [labels[i] for i in order]
+    ids: Any = labels
+    if not isinstance(labels[0], str) and draw(st.booleans()):
+        ids = np.asarray(labels)  # int64
+        if np.abs(ids).max() < 2**31 and draw(st.booleans()):
+            ids = ids.astype(np.int32)
+    rewards = draw(
+        st.lists(st.sampled_from(REWARD_VALUES), min_size=len(labels), max_size=len(labels))
+    )
+    return np.array(rewards), labels, ids
+
+
+@pytest.mark.filterwarnings("ignore:group_ids. every one of the")
+@settings(max_examples=150, deadline=None)
+@given(case=id_batches())
+@example(case=(np.array([0.0, 1.0, 0.5, 3.0]), [1, 0, 1, 1], [1, 0, 1, 1]))  # span | N, unequal
+@example(case=(np.array([1.0, 0.0]), [7, 7], [7, 7]))  # one group, adjacent
+def test_label_layouts_equal_a_stable_argsort_reference(case):
+    """numpy, every layout the labels can take: the groups, their order and the order
+    inside them are a stable argsort of the reference codes (ints in sorted order,
+    strings in order of first appearance), and the advantages equal a float64 loop."""
+    rewards, labels, ids = case
+    codes = reference_codes(labels)
+    sizes = np.bincount(codes)
+    groups = make_groups(rewards, group_ids=ids)
+    if type(groups) is Contiguous:  # adjacent runs of one size: groups in batch order
+        assert labels == [labels[i - i % groups.group_size] for i in range(len(labels))]
+    elif sizes.shape[0] > 1 and np.all(sizes == sizes[0]):
+        assert isinstance(groups, Permuted)
+        assert groups.group_size == sizes[0]
+        order = np.argsort(codes, kind="stable")
+        np.testing.assert_array_equal(groups._gather, order)
+        np.testing.assert_array_equal(groups.positions, np.argsort(order))
+        np.testing.assert_array_equal(groups.rows(rewards), rewards[order].reshape(-1, sizes[0]))
+        np.testing.assert_array_equal(groups.group_index(), codes)
+    else:
+        assert isinstance(groups, Segmented)
+        np.testing.assert_array_equal(groups.group_index(), codes)
+        np.testing.assert_array_equal(groups.sizes(np.int64), sizes)
+    for method in ("segment", "padded"):  # the codes themselves (not only the slot order)
+        forced = make_groups(rewards, group_ids=ids, method=method)
+        np.testing.assert_array_equal(forced.group_index(), codes)
+    for estimator in ("budget", "grpo"):
+        want = reference_advantages(rewards, labels, estimator)
+        got = compute_advantages(rewards, estimator, groups=groups).advantages
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_label_slots_at_a_million_rows_equal_a_stable_argsort():
+    """The packed keys at full width (N = 2**20 rows: 20 row bits), shuffled ids 0..M-1
+    and the same ids spread out (sparse, one sort) and offset (negative)."""
+    rng = np.random.default_rng(0)
+    n, group_size = 2**20, 8
+    codes = np.repeat(np.arange(n // group_size), group_size)[rng.permutation(n)]
+    rewards = rng.random(n)
+    order = np.argsort(codes, kind="stable")
+    for ids in (codes, codes * 1_000_003 + 17, codes - n):
+        groups = make_groups(rewards, group_ids=ids)
+        assert isinstance(groups, Permuted)
+        np.testing.assert_array_equal(groups._gather, order)
+        np.testing.assert_array_equal(groups.flat(groups.rows(rewards)), rewards)

@@ -10,9 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
-TRAINER_STAMPS = (".venv", ".venv-verl", ".venv-trl", ".venv-openrlhf")
+TRAINER_STAMPS = (".venv", ".venv-verl", ".venv-trl", ".venv-trl-oldest", ".venv-openrlhf")
 
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 
@@ -77,6 +78,18 @@ def test_a_cuda_torch_fails_the_build_with_the_fix(tmp_path: Path) -> None:
     assert "CUDA 12.8 build" in refused.stderr
     assert "TORCH_INDEX=" in refused.stderr
     assert _guard(tmp_path, "12.8", ALLOW_CUDA_TORCH="1").returncode == 0
+
+
+def test_trl_suite_runs_on_the_newest_and_the_oldest_supported_trl() -> None:
+    runs = [line for line in _recipe("test-trl") if "-m pytest" in line]
+    assert [line.split("/")[0] for line in runs] == [".venv-trl", ".venv-trl-oldest"]
+    assert all(line.endswith(" tests/adapters/trl advbudget/adapters/trl") for line in runs)
+    # The oldest environment pins the lower bound of the trl extra (the adapter's range).
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    (spec,) = [r for r in extras["optional-dependencies"]["trl"] if r.startswith("trl>=")]
+    low = spec.removeprefix("trl>=").split(",")[0].removesuffix(".0")
+    (pin,) = [line for line in _recipe(".venv-trl-oldest/.installed") if '-e ".[lm]"' in line]
+    assert pin.endswith(f'"trl=={low}.*"'), (spec, pin)
 
 
 def test_demo_environment_installs_no_ml_framework() -> None:

@@ -146,3 +146,22 @@ def test_passk_errors(kwargs, rewards, message):
 def test_passk_objective_checks_k():
     with pytest.raises(ValueError, match="k: expected an int >= 1, got 0"):
         passk_objective(0.5, 0)
+
+
+def test_explain_shows_them_beside_budget_with_their_theory():
+    from typer.testing import CliRunner
+
+    from advbudget.cli import app
+
+    result = CliRunner().invoke(
+        app, ["explain", "-G", "8", "--estimators", "budget,maxrl,passk"], env={"COLUMNS": "80"}
+    )
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "maxrl is exactly 8 x budget on 0/1 rewards" in text
+    assert "passk optimises pass@k" in text
+    # k = 1 of 8 correct: budget +0.8750, maxrl +6.9999 (8 x, up to eps), passk +1.0000.
+    for cells in ("+0.8750 -0.1250", "+6.9999 -1.0000", "+1.0000 -0.1429"):
+        assert cells in text
+    plain = CliRunner().invoke(app, ["explain", "-G", "8", "--estimators", "budget,grpo"])
+    assert "maxrl" not in plain.output

@@ -1,12 +1,12 @@
 """The frameworks' other outcome estimators (opo, grpo_passk, gpg, reinforce_plus_plus_baseline,
-remax, reinforce_baseline, reinforce, grpo_batch_std, rloo_normalized): hand values, a float64
-loop reference on every layout, invariants, errors, jax.jit and their implied slopes."""
+remax, reinforce_baseline, reinforce, grpo_batch_std, rloo_normalized): hand values,
+invariants, errors, jax.jit and their implied slopes. (Their float64 references on every
+layout and backend: tests/references.py and tests/test_conformance.py.)"""
 
 from __future__ import annotations
 
 import math
 import os
-import zlib
 from typing import Any
 
 import numpy as np
@@ -14,11 +14,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from advbudget import compute_advantages, get_spec, make_groups
+from advbudget import compute_advantages, get_spec
 from advbudget.core import get_convention
 from advbudget.theory import binary_advantages, implied_slope
 
 from .conftest import assert_close, to_numpy
+from .references import reference
 
 NEW = (
     "opo",
@@ -33,94 +34,6 @@ NEW = (
 )
 SEED = int(os.environ.get("ADVBUDGET_TEST_SEED", "0"))
 WHITENED = ("reinforce_plus_plus_baseline", "reinforce_baseline", "reinforce")
-
-
-# -- a slow float64 reference: a Python loop per group, formulas as read in the frameworks --
-
-
-def _whiten(values, weights, correction, var_eps, var_floor, std_norm=True):
-    w = np.ones_like(values) if weights is None else np.asarray(weights, dtype=np.float64)
-    mean = float(np.sum(w * values) / np.sum(w))
-    if not std_norm:
-        return values - mean
-    dof = np.sum(w) - correction
-    var = float(np.sum(w * (values - mean) ** 2) / dof) if dof > 0 else 0.0
-    return (values - mean) / math.sqrt(max(var + var_eps, var_floor))
-
-
-def reference(name, rewards, labels, *, singletons="skip", tie=1e-6, **kw: Any) -> np.ndarray:
-    rewards = np.asarray(rewards, dtype=np.float64)
-    lengths = kw.pop("response_lengths", None)
-    spec = get_spec(name)
-    opts = {o.name: kw.pop(o.name, o.default) for o in spec.options}
-    baselines = kw.pop("reward_baselines", None)
-    assert not kw, kw
-    members: dict[Any, list[int]] = {}
-    for i, label in enumerate(labels):
-        members.setdefault(label, []).append(i)
-    out = np.zeros(len(rewards))
-    if name == "remax":
-        return rewards - np.asarray(baselines, dtype=np.float64)
-    if name == "reinforce":
-        return _whiten(rewards, lengths, **_wopts(opts))
-    skipped = np.zeros(len(rewards), dtype=bool)
-    for idx in members.values():
-        r = rewards[idx]
-        n = len(r)
-        mean = r.mean()
-        if n == 1:
-            skipped[idx] = singletons != "raw"
-            out[idx] = r if singletons == "raw" else 0.0
-            continue
-        tied = r.max() - r.min() <= tie + tie * max(abs(r.max()), abs(r.min()))
-        if tied and spec.skips == "ties":
-            skipped[idx] = True
-            continue
-        if name == "opo":
-            w = np.asarray(lengths, dtype=np.float64)[idx]
-            a = r - (np.sum(w * r) / np.sum(w) if np.sum(w) > 0 else mean)
-        elif name == "grpo_passk":
-            a = np.zeros(n)
-            best = int(np.argmax(r))
-            if np.sum(r == r[best]) == 1:
-                gain = r[best] - np.max(np.delete(r, best))
-                if opts["norm_adv_by_std"]:
-                    std = math.sqrt(np.sum((r - mean) ** 2) / (n - opts["std_correction"]))
-                    gain /= std + opts["eps"]
-                a[best] = gain
-        elif name == "rloo_normalized":
-            a = np.array([r[j] - (r.sum() - r[j]) / (n - 1) for j in range(n)])
-        else:  # gpg, the reinforce baselines, grpo_batch_std: r - mean first
-            a = r - mean
-        out[idx] = a
-    if name == "gpg":
-        alpha = len(rewards) / max(1, int(np.count_nonzero(rewards)))
-        return alpha * out / opts["f_norm"]
-    if name in ("reinforce_plus_plus_baseline", "reinforce_baseline"):
-        return _whiten(out, lengths, **_wopts(opts))
-    if name == "grpo_batch_std":
-        n = len(rewards)
-        std = math.sqrt(np.sum((rewards - rewards.mean()) ** 2) / (n - opts["std_correction"]))
-        return out / (std + opts["eps"])
-    if name == "rloo_normalized":
-        sizes = {label: len(idx) for label, idx in members.items()}
-        part = np.array([sizes[label] > 1 for label in labels])
-        a = out[part]
-        if len(a) == 0:
-            return out
-        dof = len(a) - opts["std_correction"]
-        std = math.sqrt(np.sum((a - a.mean()) ** 2) / dof) if dof > 0 else 0.0
-        return np.where(skipped, 0.0, (out - a.mean()) / (std + opts["eps"]))
-    return out
-
-
-def _wopts(opts):
-    return {
-        "correction": opts["std_correction"],
-        "var_eps": opts["var_eps"],
-        "var_floor": opts["var_floor"],
-        "std_norm": opts["std_norm"],
-    }
 
 
 def _inputs(name, rng, n):
@@ -246,34 +159,6 @@ def _random_batch(rng, layout):
         labels = [labels[i] for i in order]
         rewards = rewards[order]
     return rewards, labels, sizes
-
-
-@pytest.mark.parametrize("name", NEW)
-@pytest.mark.parametrize("layout", ["group_size", "labels", "padded", "segment"])
-def test_matches_the_loop_reference(xp, name, layout):
-    if layout == "segment" and xp.__name__.startswith("array_api_strict"):
-        pytest.skip("array_api_strict has no native segment operations (padded covers it)")
-    rng = np.random.default_rng(zlib.crc32(f"{name}-{layout}-{SEED}".encode()))
-    # jax compiles every new shape op by op: fewer trials there, same coverage elsewhere.
-    for trial in range(2 if xp.__name__.startswith("jax") else 6):
-        rewards, labels, sizes = _random_batch(rng, layout)
-        if name == "grpo_passk" and 1 in sizes:
-            continue  # verl raises on a group of one; covered by test_groups_of_one
-        inputs = _inputs(name, rng, len(rewards))
-        singletons = "raw" if (trial % 2 and get_spec(name).raw_singletons) else "skip"
-        expected = reference(name, rewards, labels, singletons=singletons, **inputs)
-        for dtype in (xp.float64, xp.float32):
-            r = xp.asarray(rewards, dtype=dtype)
-            kw = _as(xp, inputs, dtype)
-            if layout == "group_size":
-                grouping: dict[str, Any] = {"group_size": sizes[0]}
-            elif layout == "labels":
-                grouping = {"group_ids": labels}
-            else:
-                grouping = {"groups": make_groups(r, group_ids=labels, method=layout)}
-            res = compute_advantages(r, name, singletons=singletons, **grouping, **kw)
-            tol = 1e-10 if dtype == xp.float64 else 2e-4
-            assert_close(res.advantages, expected, xp=xp, dtype=dtype, rtol=tol, atol=tol)
 
 
 # -- invariants --------------------------------------------------------------------------

@@ -18,7 +18,9 @@ FRAMEWORKS = ("torch", "jax", "tensorflow", "verl", "trl", "openrlhf", "transfor
 def test_import_loads_no_ml_framework():
     code = (
         "import sys, advbudget, advbudget.metrics, advbudget.theory, advbudget.adapters, "
-        "advbudget.data, advbudget.rewards, advbudget.eval, advbudget.sim, advbudget.cli;"
+        "advbudget.data, advbudget.rewards, advbudget.eval, advbudget.sim, advbudget.cli, "
+        "advbudget.testing, advbudget.testing.verl, advbudget.testing.trl, "
+        "advbudget.testing.openrlhf;"
         f"print([m for m in {FRAMEWORKS!r} if m in sys.modules])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

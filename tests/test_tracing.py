@@ -22,6 +22,7 @@ from advbudget import (
     make_groups,
     rloo_advantage,
 )
+from advbudget.core._groups import Permuted
 
 from .conftest import reference_advantages
 
@@ -108,6 +109,29 @@ def test_torch_compile_fullgraph():
 
 
 @pytest.mark.slow
+def test_torch_compile_reuses_shuffled_groups():
+    """Equal-size groups in any order (``Permuted``) built eagerly from labels, used in a
+    compiled function: ``flat`` scatters through the gather and the positions are built
+    on demand while tracing, without keeping a traced tensor in the groups."""
+    torch = pytest.importorskip("torch")
+    torch._dynamo.reset()
+    labels = np.array([2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1])
+    rewards = torch.tensor(REWARDS, dtype=torch.float64)
+    groups = make_groups(rewards, group_ids=torch.from_numpy(labels))
+    assert isinstance(groups, Permuted)
+
+    def advantages_and_index(r):
+        return budget_advantage(r, groups=groups), groups.group_index()
+
+    compiled = torch.compile(advantages_and_index, fullgraph=True, backend="eager")
+    out, index = compiled(rewards)
+    expected = reference_advantages(REWARDS, labels, "budget")
+    np.testing.assert_allclose(out.numpy(), expected, atol=1e-12)
+    np.testing.assert_array_equal(index.numpy(), labels)
+    np.testing.assert_array_equal(groups.group_index().numpy(), labels)  # eager again
+
+
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch's own inductor internals
 def test_torch_compile_inductor_budget():
     torch = pytest.importorskip("torch")
@@ -141,11 +165,22 @@ def _inputs_for(name: str, xp: Any) -> dict[str, Any]:
     return {k: xp.asarray(v) for k, v in out.items() if k in declared}
 
 
+def _in_domain(name: str, xp: Any, rewards: Any) -> tuple[Any, dict[str, Any]]:
+    """The rewards (NaN kept) and options an estimator defined on part of the rewards
+    takes: passk binary ones (k <= G), maxrl a positive group mean (it warns otherwise)."""
+    if name == "passk":
+        return xp.where(rewards > 0.5, 1.0, xp.where(rewards <= 0.5, 0.0, rewards)), {"k": 2}
+    if name == "maxrl":
+        return xp.abs(rewards), {}
+    return rewards, {}
+
+
 def _every_estimator(xp: Any, rewards: Any, nan_policy: str) -> dict[str, tuple[Any, Any, Any]]:
     out = {}
     for name in ALL:
+        given, options = _in_domain(name, xp, rewards)
         res = compute_advantages(
-            rewards, name, group_size=G, nan_policy=nan_policy, **_inputs_for(name, xp)
+            given, name, group_size=G, nan_policy=nan_policy, **options, **_inputs_for(name, xp)
         )
         # Python 3.11's cached_property takes a lock, which torch.compile(fullgraph=True)
         # cannot trace: call the property's function itself.

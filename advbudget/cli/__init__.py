@@ -172,9 +172,28 @@ def explain(
         "Budgeting's slope is f'_{G-1}(p): strong on hard prompts (small p), weak on easy "
         "ones. Dr's is constant; GRPO's rises again as p -> 1."
     )
+    for name, note in _NOTES.items():
+        if any(get_spec(n).name == name for n in names):
+            console.print(note.format(G=group_size))
     if plot is not None:
         _plot(plot, group_size, names, tables)
         console.print(f"Figure written to [bold]{plot}[/bold]")
+
+
+# What the tables cannot say, printed when the estimator is shown (docs: Method and theory).
+_NOTES = {
+    "maxrl": (
+        "maxrl is exactly {G} x budget on 0/1 rewards (up to eps), so under Adam the two "
+        "differ mainly through clipping, the KL weight and eps; they part on graded rewards "
+        "and where a group's mean is <= 0 (±1 rewards with few correct), where maxrl flips "
+        "the sign and warns."
+    ),
+    "passk": (
+        "passk optimises pass@k, 1 - (1 - p)^k: without the std division its slope is "
+        "exactly (G - k)(1 - p)^(k - 1), (G - k) / k times d pass@k / dp, so it vanishes "
+        "as p -> 1 and at k = G."
+    ),
+}
 
 
 def _cell(value: float) -> str:

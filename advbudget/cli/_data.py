@@ -158,6 +158,8 @@ def _usage(name: str, files: dict[str, str]) -> str:
         )
     if name == "trl":
         return f"datasets.load_dataset('parquet', data_files={files!r})"
+    if name == "tunix":
+        return f"python examples/tunix_qwen3.py --data {Path(files['train']).parent}"
     return (
         f"--data.prompt_dataset {files['train']} --data.input_key prompt "
         "--data.label_key label --data.apply_chat_template"

@@ -239,9 +239,10 @@ def make_groups(
 ) -> Groups:
     """Group the rollouts of ``rewards`` once, to reuse across estimators and metrics.
 
-    Grouping by labels costs time (per million rollouts on one CPU core: ~30 ms for
-    string uids laid out as verl does, each prompt's rollouts adjacent, ~0.5 s for
-    shuffled strings, which are hashed one by one); pass the result as ``groups=`` to
+    Grouping by labels costs time (per million rollouts on one CPU core: ~15 ms for
+    shuffled int ids in groups of one size, ~30 ms for string uids laid out as verl
+    does, each prompt's rollouts adjacent, ~0.5 s for shuffled strings, which are
+    hashed one by one); pass the result as ``groups=`` to
     every later call on the same batch. With ``num_groups=M`` the labels
     are taken as codes ``0..M-1`` as they are (no factorisation): this works inside
     ``jax.jit`` with a static M. ``method`` forces a layout for labels: ``"segment"``

@@ -223,7 +223,7 @@ OPENRLHF = Convention(
 
 TRL = Convention(
     framework="trl",
-    version="1.16",
+    version="1.13, 1.16",
     own_names=_frozen(
         {
             "grpo": 'GRPOTrainer scale_rewards="group"',
@@ -253,7 +253,6 @@ TUNIX = Convention(
     own_names=_frozen({"grpo": "grpo", "dr": "drgrpo", "rloo": "rloo"}),
     options=_frozen({"grpo": {"eps": 1e-6, "std_correction": 1}}),
     extra_names=_frozen({"reward_budget": "budget"}),
-    kappa_every=0,
     whole_batch=(
         "GRPOLearner calls the estimator once per step on the merged micro-batches; the "
         "agentic learner calls it one group at a time (batch statistics are then the group's)"

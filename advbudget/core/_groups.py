@@ -25,7 +25,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, Literal
 
-from ._arrays import Array, Namespace, backend
+import numpy as np
+
+from ._arrays import Array, Namespace, backend, is_traced
 from ._segment_ops import SEGMENT_OPS, SegmentOps, largest, smallest
 
 GroupMethod = Literal["auto", "segment", "padded"]
@@ -164,8 +166,11 @@ class Permuted(Contiguous):
     of group ``positions[k] // G``. One gather lays the batch out as the contiguous
     ``[M, G]`` block, so every reduction is ``Contiguous``'s reshape path.
 
-    ``gather`` is the inverse permutation (slot -> rollout): the label and ``positions=``
-    paths build both directions on the host in O(N) (``_labels``).
+    ``gather`` is the inverse permutation (slot -> rollout). The ``positions=`` path
+    checks and inverts the declared slots on the host in O(N) (``_labels``); the label
+    path builds only ``gather`` for numpy and torch, whose ``flat`` then scatters through
+    it, and the positions are built when first read (a batch grouped by labels per call
+    never pays for the inverse).
     """
 
     def __init__(
@@ -174,13 +179,34 @@ class Permuted(Contiguous):
         device: Any,
         num_rollouts: int,
         group_size: int,
-        positions: Array,
+        positions: Array | None,
         *,
         gather: Array,
     ):
         super().__init__(xp, device, num_rollouts, group_size)
-        self.positions = positions
+        if positions is None and backend(xp) not in ("numpy", "torch"):
+            raise ValueError(f"positions: expected an array for {backend(xp)}, got None")
+        self._positions = positions  # rollout -> slot
         self._gather = gather  # slot -> rollout (positions is a permutation)
+
+    @property
+    def positions(self) -> Array:
+        """Rollout -> slot: rollout ``k`` is member ``positions[k] % G`` of group
+        ``positions[k] // G``."""
+        if self._positions is not None:
+            return self._positions
+        if self._torch:
+            rollouts = self.xp.arange(
+                self.num_rollouts, dtype=self._gather.dtype, device=self.device
+            )
+            positions = self._gather.new_empty(self.num_rollouts).scatter_(
+                0, self._gather, rollouts
+            )
+        else:
+            positions = inverse_permutation(self._gather)
+        if not is_traced(positions):  # one built inside torch.compile stays in its graph
+            self._positions = positions
+        return positions
 
     def _take(self, x: Array, index: Array) -> Array:
         if self._torch:  # compat's take first rewrites negative indices: 3x slower
@@ -191,7 +217,16 @@ class Permuted(Contiguous):
         return self.xp.reshape(self._take(x, self._gather), (self.num_groups, self.group_size))
 
     def flat(self, rows: Array) -> Array:
-        return self._take(self.xp.reshape(rows, (self.num_rollouts,)), self.positions)
+        values = self.xp.reshape(rows, (self.num_rollouts,))
+        if self._positions is not None:
+            return self._take(values, self._positions)
+        # Scatter through the gather: about the cost of the gather by positions, without
+        # building them.
+        if self._torch:
+            return values.new_empty(self.num_rollouts).scatter_(0, self._gather, values)
+        out = np.empty_like(values)
+        out[self._gather] = values
+        return out
 
     def group_index(self) -> Array:
         return self.positions // self.group_size
@@ -204,6 +239,13 @@ class Permuted(Contiguous):
 
     def __repr__(self) -> str:
         return f"Permuted(num_rollouts={self.num_rollouts}, group_size={self.group_size})"
+
+
+def inverse_permutation(order: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """``inverse[order[i]] = i`` for a host permutation: one O(N) scatter."""
+    inverse = np.empty_like(order)
+    inverse[order] = np.arange(order.shape[0], dtype=order.dtype)
+    return inverse
 
 
 class Segmented(Groups):

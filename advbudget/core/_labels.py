@@ -1,22 +1,35 @@
-"""From labels to a layout, on the host: contiguity detection, factorisation of ints and
-strings in O(N), the slots of equal-size groups in any order, and the choice of
+"""From labels to a layout, on the host: contiguity detection, factorisation of labels
+into codes ``0..M-1``, the slots of equal-size groups in any order, and the choice of
 ``Contiguous`` / ``Permuted`` / ``Segmented`` / ``Padded``.
 
+Strings are factorised with a dict, small-range ints with a bincount (both O(N)). Ints
+whose groups may all have one size (the usual shuffled ids ``0..M-1``), or whose range is
+too wide for a table, take one SIMD sort of packed ``(label, row)`` keys instead, which
+gives the codes, the group sizes and the slot order together.
+
 Unlike the layouts (pure Array API, jit-safe), code here may use numpy freely: labels are
-factorised on the host even when they live on a device (a copy of N ints and an O(N)
-table beat a device sort).
+factorised on the host even when they live on a device (a copy of N ints; on one CPU
+core numpy sorts 1M packed keys in ~10 ms, where torch's stable sort took ~130 ms).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import array_api_compat
 import numpy as np
 
 from ._arrays import Array, Namespace, as_array, backend, check_same_device, is_traced
-from ._groups import Contiguous, GroupMethod, Groups, Padded, Permuted, Segmented
+from ._groups import (
+    Contiguous,
+    GroupMethod,
+    Groups,
+    Padded,
+    Permuted,
+    Segmented,
+    inverse_permutation,
+)
 from ._segment_ops import SEGMENT_OPS
 
 
@@ -148,30 +161,41 @@ def _from_ids(
             "pass group_size=G, or codes 0..M-1 with make_groups(..., num_groups=M)"
         )
     # Labels are factorised on the host even when they live on a device: a copy of N
-    # ints and an O(N) table beat a device sort (torch.unique, eager jnp.unique).
+    # ints and a host table or SIMD sort beat a device sort (torch.unique, jnp.unique).
     if not host:
         labels = _to_host(labels)
     group_size = _contiguous_group_size_host(labels)
     if group_size is not None and method == "auto":
         return Contiguous(xp, device, num_rollouts, group_size)
-    codes_np, num_groups, sizes = _factorize_host(labels)
-    if method == "auto":
-        if sizes is None:
-            sizes = np.bincount(codes_np, minlength=num_groups)
-        if bool(np.all(sizes == sizes[0])):  # equal sizes in any order: one gather
-            gather, slots = _equal_group_slots(codes_np, num_groups, int(sizes[0]))
-            return Permuted(
-                xp,
-                device,
-                num_rollouts,
-                int(sizes[0]),
-                xp.asarray(slots, device=device),
-                gather=xp.asarray(gather, device=device),
-            )
+    factors = _factorise(labels, need_codes=method != "auto")
+    sizes = factors.sizes
+    if method == "auto" and bool(np.all(sizes == sizes[0])):  # equal sizes, any order
+        return _permuted_from_order(xp, device, factors.slot_order(), int(sizes[0]))
+    assert factors.codes is not None  # left out only for equal sizes under "auto"
+    codes_np, num_groups = factors.codes, factors.num_groups
     codes = xp.asarray(codes_np, device=device)
     if method == "segment" or (method == "auto" and backend(xp) in SEGMENT_OPS):
         return Segmented(xp, device, codes, num_groups)
     return Padded(xp, device, codes, num_groups)
+
+
+def _permuted_from_order(
+    xp: Namespace, device: Any, gather: np.ndarray[Any, Any], group_size: int
+) -> Permuted:
+    """``Permuted`` from its slot order (slot -> rollout, host int64). numpy's and torch's
+    build the inverse only if it is read (``flat`` scatters through ``gather``); other
+    namespaces get it from the host (jax's eager scatter took 3x its gather on CPU)."""
+    positions = None
+    if backend(xp) not in ("numpy", "torch"):
+        positions = xp.asarray(inverse_permutation(gather), device=device)
+    return Permuted(
+        xp,
+        device,
+        int(gather.shape[0]),
+        group_size,
+        positions,
+        gather=xp.asarray(gather, device=device),
+    )
 
 
 def _from_codes(
@@ -209,8 +233,7 @@ def _contiguous_group_size_host(labels: np.ndarray[Any, Any]) -> int | None:
     n = labels.shape[0]
     if n == 0:
         return None
-    run_starts = np.flatnonzero(labels[1:] != labels[:-1])
-    num_runs = run_starts.shape[0] + 1
+    num_runs = int(np.count_nonzero(labels[1:] != labels[:-1])) + 1
     if n % num_runs:
         return None
     size = n // num_runs
@@ -222,76 +245,150 @@ def _contiguous_group_size_host(labels: np.ndarray[Any, Any]) -> int | None:
     return size if distinct else None
 
 
+class _Factors(NamedTuple):
+    """Labels as codes ``0..M-1``: int labels in their sorted order, strings in order of
+    first appearance."""
+
+    num_groups: int
+    sizes: np.ndarray[Any, Any]  # [M] rollouts per group
+    codes: np.ndarray[Any, Any] | None  # [N] int64; None if not asked for and sizes equal
+    order: np.ndarray[Any, Any] | None  # the slot order, where a sort of the labels gave it
+
+    def slot_order(self) -> np.ndarray[Any, Any]:
+        """Each group's rollouts in batch order, group after group (:func:`_slot_order`)."""
+        if self.order is not None:
+            return self.order
+        assert self.codes is not None  # the paths without a sort always build the codes
+        return _slot_order(self.codes, self.num_groups)
+
+
 def _factorize_host(
     labels: np.ndarray[Any, Any],
-) -> tuple[np.ndarray[Any, Any], int, np.ndarray[Any, Any] | None]:
-    """Integer codes 0..M-1 in O(N), M, and the group sizes where they came for free.
+) -> tuple[np.ndarray[Any, Any], int, np.ndarray[Any, Any]]:
+    """Integer codes 0..M-1 (a new array, never a view of the caller's labels), M, and
+    the group sizes."""
+    factors = _factorise(labels, need_codes=True)
+    assert factors.codes is not None
+    return factors.codes, factors.num_groups, factors.sizes
 
-    Codes follow the labels' sorted order for integers, first appearance for strings.
-    The codes are always a new array (never a view of the caller's labels).
-    """
+
+def _factorise(labels: np.ndarray[Any, Any], *, need_codes: bool) -> _Factors:
+    """Codes in O(N) for strings (a dict) and small-range ints (a bincount); other ints
+    take one sort, which also gives the slot order. ``need_codes=False``: the per-rollout
+    codes may be left out where the groups turn out to have one size (``Permuted`` needs
+    only the slot order)."""
     if labels.dtype.kind in "iub":
-        return _factorize_integers(labels)
+        return _factorise_integers(labels, need_codes)
     table: dict[Any, int] = {}
     codes = np.fromiter(
         (table.setdefault(label, len(table)) for label in labels.tolist()),
         dtype=np.int64,
         count=labels.shape[0],
     )
-    return codes, len(table), None
+    return _Factors(len(table), np.bincount(codes, minlength=len(table)), codes, None)
 
 
-def _factorize_integers(
-    labels: np.ndarray[Any, Any],
-) -> tuple[np.ndarray[Any, Any], int, np.ndarray[Any, Any]]:
-    labels = labels.astype(np.int64, copy=False)
-    low, high = int(labels.min()), int(labels.max())
+def _factorise_integers(labels: np.ndarray[Any, Any], need_codes: bool) -> _Factors:
+    values = labels.astype(np.int64, copy=False)
+    n = values.shape[0]
+    low, high = int(values.min()), int(values.max())
     span = high - low + 1
-    if span <= 4 * labels.shape[0] + 1024:
-        # Dense labels (the usual 0..M-1 or batch-local ints): one counting pass gives
-        # which values occur and how often, O(N + span).
-        offsets = labels - low  # a new array: codes never alias the caller's labels
+    dense = span <= 4 * n + 1024
+    # Sort packed keys (label - low, row) where a sort is needed anyway (sparse labels) or
+    # the groups may all have one size (a dense span that divides N: the usual shuffled
+    # ids 0..M-1), if they fit in int64.
+    if (not dense or n % span == 0) and span.bit_length() + _row_bits(n) <= 62:
+        return _factorise_by_sort(values, low, need_codes)
+    if dense:
+        # One counting pass gives which values occur and how often, O(N + span).
+        offsets = values - low  # a new array: codes never alias the caller's labels
         counts = np.bincount(offsets, minlength=span)
         if bool(np.all(counts)):  # every value in low..high occurs: the codes are offsets
-            return offsets, span, counts
+            return _Factors(span, counts, offsets, None)
         seen = counts > 0
         code_of = np.cumsum(seen) - 1
-        return code_of[offsets], int(code_of[-1]) + 1, counts[seen]
-    uniques, codes, counts = np.unique(labels, return_inverse=True, return_counts=True)
-    return codes.reshape(-1), int(uniques.shape[0]), counts
+        return _Factors(int(code_of[-1]) + 1, counts[seen], code_of[offsets], None)
+    uniques, codes, counts = np.unique(values, return_inverse=True, return_counts=True)
+    return _Factors(int(uniques.shape[0]), counts, codes.reshape(-1), None)
+
+
+def _factorise_by_sort(values: np.ndarray[Any, Any], low: int, need_codes: bool) -> _Factors:
+    """One sort of the keys ``(label - low) * 2**b + row`` (b bits hold a row): sorted, the
+    labels come in runs, each run's rows in batch order, so the rows are the slot order
+    and the runs are the groups. Equal sizes G are an O(M) check: the first and last key
+    of each block of G sorted keys hold the same label, and the next block a larger one.
+    """
+    n = values.shape[0]
+    shift = _row_bits(n)
+    keys = _sort_with_rows(values - low, shift)  # a new array: labels are never written
+    rows = (1 << shift) - 1
+    first_size = int(np.searchsorted(keys, ((int(keys[0]) >> shift) + 1) << shift))
+    if n % first_size == 0:
+        heads = keys[::first_size] >> shift
+        tails = keys[first_size - 1 :: first_size] >> shift
+        if np.array_equal(heads, tails) and bool(np.all(heads[1:] > tails[:-1])):
+            num_groups = n // first_size
+            keys &= rows
+            codes = None
+            if need_codes:
+                codes = np.empty(n, dtype=np.int64)
+                codes[keys] = np.arange(n, dtype=np.int64) // first_size
+            return _Factors(num_groups, np.full(num_groups, first_size), codes, keys)
+    sorted_labels = keys >> shift
+    keys &= rows
+    starts = np.flatnonzero(sorted_labels[1:] != sorted_labels[:-1]) + 1
+    sizes = np.diff(starts, prepend=0, append=n)
+    codes = np.empty(n, dtype=np.int64)
+    codes[keys] = np.repeat(np.arange(sizes.shape[0], dtype=np.int64), sizes)
+    return _Factors(int(sizes.shape[0]), sizes, codes, keys)
+
+
+def _row_bits(n: int) -> int:
+    """Bits that hold a row index ``0..n-1`` (at least 1)."""
+    return max(n - 1, 1).bit_length()
 
 
 def _equal_group_slots(
     codes: np.ndarray[Any, Any], num_groups: int, group_size: int
 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """Rows of the ``[M, G]`` block for codes ``0..M-1`` that each occur ``G`` times.
+    """Rows of the ``[M, G]`` block for codes ``0..M-1`` that each occur ``G`` times:
+    ``gather`` (slot -> rollout, :func:`_slot_order`) and ``slots`` (rollout -> slot, its
+    inverse), int64."""
+    gather = _slot_order(codes, num_groups)
+    return gather, inverse_permutation(gather)
 
-    Returns ``gather`` (slot -> rollout) and ``slots`` (rollout -> slot, its inverse),
-    int64. Group ``c`` fills slots ``c*G .. c*G+G-1`` with its rollouts in batch order,
+
+def _slot_order(codes: np.ndarray[Any, Any], num_groups: int) -> np.ndarray[Any, Any]:
+    """The rollouts of group 0, then of group 1, ..., each group's in batch order (int64):
     exactly what a stable argsort of the codes gives (the order inside a group decides
-    which of tied rollouts is "first", and the order of the column sums).
-
-    numpy has no vectorised counting sort (the rank of a rollout among its group's
-    earlier ones needs a sequential pass) and its only O(N) stable sort, the radix sort
-    of <= 16-bit keys, takes 2-3 passes here and measured slower than one unstable sort
-    of distinct keys ``code * 2**b + row``: their order is the stable order, and numpy's
-    SIMD sort (AVX-512 / AVX2) does 1M of them ~10x faster than the stable (tim)sort of
-    int64. The inverse is one O(N) scatter.
+    which of tied rollouts is "first", and the order of the column sums). ``codes`` is
+    not modified.
     """
     n = codes.shape[0]
-    rows = np.arange(n, dtype=np.int64)
-    shift = max(n - 1, 1).bit_length()
+    shift = _row_bits(n)
     if num_groups.bit_length() + shift > 62:  # keys would overflow int64: sort stably
-        gather = np.argsort(codes, kind="stable")
-    else:
-        keys = np.left_shift(codes, shift)
-        keys |= rows
-        keys.sort()
-        keys &= (1 << shift) - 1
-        gather = keys
-    slots = np.empty_like(gather)
-    slots[gather] = rows
-    return gather, slots
+        return np.argsort(codes, kind="stable")
+    keys = _sort_with_rows(codes.astype(np.int64, copy=True), shift)
+    keys &= (1 << shift) - 1
+    return keys
+
+
+def _sort_with_rows(keys: np.ndarray[Any, Any], shift: int) -> np.ndarray[Any, Any]:
+    """Sort ``keys * 2**shift + row`` in place (``keys``: a fresh int64 array) and return it.
+
+    The keys are distinct and their order is the stable order of ``keys``, each key's rows
+    in batch order. This one unstable sort is the fastest stable sort numpy has for
+    this: its SIMD sort (AVX-512 / AVX2) does 1M int64 in ~10 ms, ~10x faster than the
+    stable (tim)sort. numpy has no vectorised counting sort (a row's rank among the
+    earlier rows of its group is a sequential pass); what comes closest measured slower
+    (one core, N = 524,288, G = 8): its radix argsort of 16-bit codes 1.4x (and codes
+    past 16 bits need a second pass and a gather), rounds of ``np.minimum.at`` that peel
+    off each group's first row ~10x.
+    """
+    keys <<= shift
+    keys |= np.arange(keys.shape[0], dtype=np.int64)
+    keys.sort()
+    return keys
 
 
 def _to_host(labels: Array) -> np.ndarray[Any, Any]:

@@ -1,4 +1,4 @@
-"""Training data for RL on math: DAPO-Math-17K in; verl, TRL and OpenRLHF files out.
+"""Training data for RL on math: DAPO-Math-17K in; verl, TRL, OpenRLHF and tunix files out.
 
 ``import advbudget.data`` is light: pyarrow and ``datasets`` are imported only by the
 functions that read or write files. The command line is ``advbudget data prepare``
@@ -34,7 +34,7 @@ from ._problems import (
     extract_problem,
 )
 from ._samples import sample_path
-from ._writers import write_openrlhf, write_trl, write_verl
+from ._writers import write_openrlhf, write_trl, write_tunix, write_verl
 
 __all__ = [
     "DAPO_DATA_SOURCE",
@@ -58,5 +58,6 @@ __all__ = [
     "split_problems",
     "write_openrlhf",
     "write_trl",
+    "write_tunix",
     "write_verl",
 ]

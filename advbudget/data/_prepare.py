@@ -14,7 +14,7 @@ from ._load import load_problems
 from ._problems import DEFAULT_SOURCE, Problem, extract_problem
 from ._writers import WRITERS
 
-FORMATS = tuple(WRITERS)  # ("verl", "trl", "openrlhf")
+FORMATS = tuple(WRITERS)  # ("verl", "trl", "openrlhf", "tunix")
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ class PreparedData:
         dedup: the :class:`DedupReport`.
         train: the training problems, in file order.
         val: the validation problems (empty without ``val_size`` / ``val_fraction``).
-        files: the paths written, by format (``"verl"``, ``"trl"``, ``"openrlhf"``).
+        files: the paths written, by format (``"verl"``, ``"trl"``, ``"openrlhf"``, ``"tunix"``).
 
     Examples:
         >>> import tempfile
@@ -263,13 +263,13 @@ def parse_formats(formats: str | Iterable[str]) -> tuple[str, ...]:
     Examples:
         >>> from advbudget.data import parse_formats
         >>> parse_formats("all")
-        ('verl', 'trl', 'openrlhf')
+        ('verl', 'trl', 'openrlhf', 'tunix')
         >>> parse_formats("openrlhf, verl")
         ('openrlhf', 'verl')
         >>> parse_formats("rllib")
         Traceback (most recent call last):
         ...
-        ValueError: formats: expected 'verl', 'trl', 'openrlhf' or 'all' ..., got 'rllib'
+        ValueError: formats: expected 'verl', 'trl', 'openrlhf', 'tunix' or 'all' ..., got 'rllib'
     """
     names = formats.split(",") if isinstance(formats, str) else list(formats)
     chosen: list[str] = []
@@ -304,14 +304,15 @@ def prepare(
     """Load, deduplicate, shuffle, split and write DAPO-Math-17K for each trainer.
 
     Writes ``<output_dir>/verl/{train,val}.parquet``, ``<output_dir>/trl/{train,val}.parquet``
-    and ``<output_dir>/openrlhf/{train,val}.jsonl`` (no ``val`` file without a validation
-    set); see :func:`write_verl`, :func:`write_trl` and :func:`write_openrlhf`. Options are
+    ``<output_dir>/openrlhf/{train,val}.jsonl`` and ``<output_dir>/tunix/{train,val}.jsonl``
+    (no ``val`` file without a validation set); see :func:`write_verl`, :func:`write_trl`,
+    :func:`write_openrlhf` and :func:`write_tunix`. Options are
     checked before anything is read.
 
     Args:
         output_dir: the folder to write into.
         source, split, config: as for :func:`load_problems`.
-        formats: ``"all"``, one of ``"verl"``, ``"trl"``, ``"openrlhf"``, or several
+        formats: ``"all"``, one of ``"verl"``, ``"trl"``, ``"openrlhf"``, ``"tunix"``, or several
             (comma-separated or a list).
         max_samples, seed, shuffle, val_size, val_fraction: as for
             :func:`split_problems`.
@@ -329,7 +330,7 @@ def prepare(
         (64, 60, 4)
         >>> names
         {'verl': ['train.parquet', 'val.parquet'], 'trl': ['train.parquet', 'val.parquet'],
-         'openrlhf': ['train.jsonl', 'val.jsonl']}
+         'openrlhf': ['train.jsonl', 'val.jsonl'], 'tunix': ['train.jsonl', 'val.jsonl']}
     """
     chosen_formats = parse_formats(formats)
     check_split_options(val_size=val_size, val_fraction=val_fraction, max_samples=max_samples)

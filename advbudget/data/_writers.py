@@ -1,4 +1,4 @@
-"""Writing problems in the formats verl, TRL and OpenRLHF read.
+"""Writing problems in the formats verl, TRL, OpenRLHF and tunix read.
 
 One file per split, named after it (``train.parquet``, ``val.parquet``, ...). The
 frameworks are not dependencies of advbudget: these files are read back here with
@@ -163,10 +163,46 @@ def write_openrlhf(splits: Splits, output_dir: str | os.PathLike[str]) -> list[P
         >>> path.name, sorted(first), first["label"]
         ('train.jsonl', ['label', 'prompt'], '-11')
     """
+    return _write_jsonl(splits, output_dir, "label")
+
+
+def write_tunix(splits: Splits, output_dir: str | os.PathLike[str]) -> list[Path]:
+    """tunix's RL dataset: one JSON-lines file per split with ``prompt`` and ``answer``.
+
+    ``prompt`` is the chat list that tunix's CLI templates into its ``prompts`` field
+    (``apply_chat_template_to_dataset=True`` with a ``data_module`` whose
+    ``create_dataset`` returns these rows; examples/tunix_qwen3.py does the same with the
+    model's tokenizer); ``answer`` is the ground truth string: tunix hands every column
+    but ``prompts`` to the reward functions as keywords, and
+    ``advbudget.rewards.tunix.dapo_accuracy`` reads ``answer`` (tunix's own GSM8K data
+    names it so too).
+
+    Args:
+        splits: problems by split name; empty splits are skipped.
+        output_dir: the folder to write ``<split>.jsonl`` into (created if missing).
+
+    Returns:
+        The paths written, in the order of ``splits``.
+
+    Examples:
+        >>> import json, tempfile
+        >>> from advbudget.data import load_problems, sample_path, write_tunix
+        >>> problems = load_problems(sample_path("dapo"))
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     (path,) = write_tunix({"train": problems}, folder)
+        ...     first = json.loads(path.read_text(encoding="utf-8").splitlines()[0])
+        >>> path.name, sorted(first), first["answer"], first["prompt"][0]["role"]
+        ('train.jsonl', ['answer', 'prompt'], '-11', 'user')
+    """
+    return _write_jsonl(splits, output_dir, "answer")
+
+
+def _write_jsonl(splits: Splits, output_dir: str | os.PathLike[str], answer: str) -> list[Path]:
+    """``{"prompt": <chat>, <answer>: <ground truth>}`` per line, one file per split."""
     paths = []
     for _, problems, path in _targets(splits, output_dir, ".jsonl"):
         lines = (
-            json.dumps({"prompt": _messages(p), "label": p.answer}, ensure_ascii=False) + "\n"
+            json.dumps({"prompt": _messages(p), answer: p.answer}, ensure_ascii=False) + "\n"
             for p in problems
         )
         with (
@@ -182,6 +218,7 @@ WRITERS: dict[str, Callable[[Splits, str | os.PathLike[str]], list[Path]]] = {
     "verl": write_verl,
     "trl": write_trl,
     "openrlhf": write_openrlhf,
+    "tunix": write_tunix,
 }
 
 

@@ -13,7 +13,9 @@ exist when the config names one. Options: ``ADVBUDGET_TUNIX_OPTIONS`` (see
 
 The one reward here, :func:`dapo_accuracy`, reads the dataset's ``answer`` column (what
 tunix's GSM8K data gives) and scores 1.0 right, 0.0 wrong (DAPO's rule); a missing ground
-truth scores NaN (the estimator's ``nan_policy`` applies).
+truth scores NaN, which tunix 0.1.7's reward manager turns into 0 (it sums the reward
+functions with ``np.nansum``) before any estimator sees it: check the data for missing
+answers.
 """
 
 from __future__ import annotations

@@ -129,14 +129,19 @@ def needs_groups(name: str) -> bool:
 
 
 def compute_advantages_and_returns(
-    maker: Any, experiences: list[Any], estimator: str | None = None
+    maker: Any,
+    experiences: list[Any],
+    estimator: str | None = None,
+    *,
+    copy_blocks: bool | None = None,
 ) -> list[Any]:
     """OpenRLHF's step, for our estimators (``estimator`` defaults to the configured one).
 
     ``maker`` is the ``RemoteExperienceMaker`` (``maker.strategy.args``, ``maker.kl_ctl``).
     The tensors written to the experiences are views of batch tensors only when Ray ships a
     view's own elements (its zero-copy tensor serialisation, on in OpenRLHF's runtime env);
-    otherwise each owns its storage.
+    otherwise each owns its storage. ``copy_blocks`` True or False decides that instead
+    (the benchmark times both).
     """
     import torch
     from openrlhf.models.utils import compute_reward
@@ -217,7 +222,7 @@ def compute_advantages_and_returns(
 
     # Each experience gets views of batch tensors when Ray ships a view's own elements,
     # else copies: a view pickled by default carries its whole storage through Ray.
-    copy = not _ray_ships_views_compactly()
+    copy = not _ray_ships_views_compactly() if copy_blocks is None else copy_blocks
     returns_flat = layout.flatten(returns)  # masked_select: a new tensor
     advantages_flat = returns_flat.clone() if returns is advantages else layout.flatten(advantages)
     parts = zip(

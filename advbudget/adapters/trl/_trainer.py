@@ -1,9 +1,9 @@
 """``AdvBudgetGRPOTrainer``: TRL's ``GRPOTrainer`` with advbudget's advantages.
 
-TRL (1.16) has no advantage hook (trl issue #4525), so the trainer overrides two private
-methods: ``_calculate_rewards`` (to keep the rewards TRL gathered from every process) and
-``_generate_and_score_completions`` (to replace the advantages in its output before the
-batch is shuffled and split). Advantages are computed on the global batch, because a
+TRL (1.13 to 1.16) has no advantage hook (trl issue #4525), so the trainer overrides two
+private methods: ``_calculate_rewards`` (to keep the rewards TRL gathered from every
+process) and ``_generate_and_score_completions`` (to replace the advantages in its output
+before the batch is shuffled and split). Advantages are computed on the global batch, because a
 prompt's group can span processes, and each process keeps its own slice.
 """
 
@@ -46,13 +46,17 @@ from advbudget.metrics import (
 from .._options import parse_max_generation_batches, parse_skipped_groups
 from ._version import check_trl_version
 
-check_trl_version()
+TRL_VERSION = check_trl_version()
 
 from transformers import TrainerCallback  # noqa: E402
 from trl.trainer.grpo_trainer import (  # type: ignore[import-not-found, unused-ignore]  # noqa: E402
     GRPOTrainer,
     RepeatSampler,
 )
+
+# TRL 1.13 computes use_liger_kernel=True's loss in compute_liger_loss, not in _compute_loss
+# (see _check_loss_path); TRL 1.14 moved Liger into _compute_loss.
+_LIGER_SKIPS_COMPUTE_LOSS = hasattr(GRPOTrainer, "compute_liger_loss")
 
 TRL = get_convention("trl")
 LOGGER = logging.getLogger(__name__)
@@ -113,8 +117,10 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
             too; the per-sequence normalisers of grpo, sapo, luspo and dr_grpo count kept
             sequences only, dr_grpo's constant ``max_completion_length`` per sequence
             stays; bnpo's is per micro-batch, dapo's, cispo's and vespo's the generation
-            batch's kept tokens). ``"resample"``: DAPO's dynamic sampling: generate for
-            new prompts until every process holds its share of kept groups, at most
+            batch's kept tokens; refused for the per-sequence losses where the loss does
+            not go through ``_compute_loss``: TRL 1.13 with ``use_liger_kernel``, a
+            patched trainer such as Unsloth's). ``"resample"``: DAPO's dynamic sampling:
+            generate for new prompts until every process holds its share of kept groups, at most
             ``max_generation_batches`` rounds a step, then drop what is still skipped
             (with a warning naming the counts); needs each process's generation batch
             (``per_device_train_batch_size * steps_per_generation``) to hold whole groups.
@@ -214,6 +220,8 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
             raise TypeError(f"prompt_ledger: expected a bool, got {prompt_ledger!r}")
         int_at_least("kappa_every", kappa_every, 0)
         solved_reward = check_solved_reward(solved_reward)  # one line naming the option
+        if skipped_groups != "keep":
+            _check_loss_path(kwargs.get("args", args[2] if len(args) > 2 else None), skipped_groups)
         overrides = dict(advantage_options or {})
         for key, value in (("tie_rtol", tie_rtol), ("tie_atol", tie_atol)):
             if value is not None:
@@ -326,7 +334,7 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
         if scale == 1.0 or self.loss_type not in _PER_SEQUENCE_LOSSES:
             return super()._compute_loss(model, inputs)
         # These losses divide by the micro-batch's number of sequences, which still counts
-        # the dropped rows. Every TRL 1.16 loss is positively homogeneous in the advantages
+        # the dropped rows. Every TRL 1.13-1.16 loss is positively homogeneous in the advantages
         # and linear in beta, so scaling both by (rows / kept rows) of the generation batch
         # is dividing by the kept rows instead; the entropy bonus (a token mean) is left as
         # it is. Over the accumulation window and the processes this is the kept rows'
@@ -709,6 +717,34 @@ _COMPLETION_KEYS = (
 _PROMPT_KEYS = ("prompt_ids", "prompt_mask")
 
 
+def _check_loss_path(
+    args: Any, skipped_groups: str, compute_loss: Any = GRPOTrainer.compute_loss
+) -> None:
+    """Refuse dropping rows where the per-sequence losses' normaliser would still count them:
+    ``AdvBudgetGRPOTrainer._compute_loss`` divides grpo, sapo, luspo and dr_grpo by the kept
+    rows, and a loss computed elsewhere skips it (TRL 1.13's Liger loss; a GRPOTrainer whose
+    ``compute_loss`` was replaced, as Unsloth's). The token-level losses read the zeroed
+    ``completion_mask`` and recounted ``num_items_in_batch`` from the batch itself."""
+    loss_type = getattr(args, "loss_type", None)
+    if loss_type not in _PER_SEQUENCE_LOSSES:
+        return
+    head = f"skipped_groups: {skipped_groups!r} with loss_type={loss_type!r}"
+    fix = "use skipped_groups='keep' or a token-level loss_type (dapo, bnpo, cispo, vespo)"
+    if _LIGER_SKIPS_COMPUTE_LOSS and getattr(args, "use_liger_kernel", False):
+        raise ValueError(
+            f"{head} and use_liger_kernel=True needs trl>=1.14, got trl {TRL_VERSION} (its "
+            f"Liger loss bypasses the adapter's per-sequence normaliser); {fix}, or "
+            "use_liger_kernel=False"
+        )
+    owner = getattr(compute_loss, "__module__", None) or "?"
+    if not owner.startswith("trl."):
+        raise ValueError(
+            f"{head} needs TRL's own GRPOTrainer.compute_loss, got one from {owner} (a "
+            "patched trainer, such as Unsloth's, bypasses the adapter's per-sequence "
+            f"normaliser); {fix}"
+        )
+
+
 def _kept_groups(result: AdvantageResult, first: int, count: int) -> list[int]:
     """Local indices of this process's groups (``first`` .. ``first + count`` of the
     global batch) that were not skipped."""
@@ -726,8 +762,8 @@ def _take_rows(
     unknown = set(outputs[0]) - known
     if unknown:
         raise ValueError(
-            "skipped_groups: 'resample' cannot assemble TRL's generation output keys "
-            f"{sorted(unknown)} (multimodal inputs); use 'drop'"
+            "skipped_groups: 'resample' cannot assemble the generation output keys "
+            f"{sorted(unknown)} (multimodal inputs, or a patched trainer's); use 'drop'"
         )
     assembled: dict[str, Any] = {}
     for key in outputs[0]:  # TRL's order: its shuffle reads the batch size off the first

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from .._versions import check_version
 
-SUPPORTED_TRL = (">=1.16.0", "<1.17")
+SUPPORTED_TRL = (">=1.13.0", "<1.17")
 """The adapter overrides private ``GRPOTrainer`` methods (``_calculate_rewards``,
-``_generate_and_score_completions``) whose shapes change between TRL minor versions."""
+``_generate_and_score_completions``) whose shapes may change between TRL minor versions; the
+oldest (1.13) and the newest (1.16) of the range are tested."""
 
 
 def check_trl_version(installed: str | None = None) -> str:
@@ -17,11 +18,11 @@ def check_trl_version(installed: str | None = None) -> str:
 
     Examples:
         >>> from advbudget.adapters.trl import check_trl_version
-        >>> check_trl_version("1.16.0")
-        '1.16.0'
-        >>> check_trl_version("1.15.2")
+        >>> check_trl_version("1.13.0")
+        '1.13.0'
+        >>> check_trl_version("1.12.0")
         Traceback (most recent call last):
         ...
-        ImportError: trl: advbudget.adapters.trl supports trl>=1.16.0,<1.17, got 1.15.2 ...
+        ImportError: trl: advbudget.adapters.trl supports trl>=1.13.0,<1.17, got 1.12.0 ...
     """
-    return check_version("trl", "advbudget.adapters.trl", (1, 16, 0), (1, 17), installed)
+    return check_version("trl", "advbudget.adapters.trl", (1, 13, 0), (1, 17), installed)

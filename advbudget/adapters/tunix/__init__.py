@@ -15,9 +15,11 @@ Options (all estimators, checked at once): :func:`configure` (``budget=``, ``eps
 ``tie_rtol=``, ``nan_policy=``, ``solved_reward=``, ...), or the environment variable
 ``ADVBUDGET_TUNIX_OPTIONS="budget=0.5,nan_policy=omit"`` read at import (the CLI's route).
 
-:class:`AdvBudgetGRPOLearner` (tunix's ``GRPOLearner``) adds the ``advbudget/*`` metrics to
-tunix's logs and ``skipped_groups="drop"``; :func:`metric_fn` alone gives the metrics to
-any ``GRPOLearner(metric_fns=[...])``. :func:`drgrpo_config` is ``DrGRPOConfig`` with our
+:class:`AdvBudgetGRPOLearner` (tunix's ``GRPOLearner``) adds the ``advbudget/*`` metrics,
+κ_eff (``kappa_every``) and the per-prompt ledger to tunix's logs, and
+``skipped_groups="drop"``; :class:`AdvBudgetDAPOLearner` is the same over tunix's
+``DAPOLearner`` (its overlong reward shaping); :func:`metric_fn` alone gives the metrics
+to any ``GRPOLearner(metric_fns=[...])``. :func:`drgrpo_config` is ``DrGRPOConfig`` with our
 estimator (it fixes its own). Supported tunix versions: :data:`SUPPORTED_TUNIX`.
 """
 
@@ -51,6 +53,7 @@ __all__ = [
     "OPTIONS_ENV",
     "SUPPORTED_TUNIX",
     "TUNIX_VERSION",
+    "AdvBudgetDAPOLearner",
     "AdvBudgetGRPOLearner",
     "advantages_and_valid",
     "configure",
@@ -80,7 +83,12 @@ configure_from_environment()
 
 def __getattr__(name: str) -> Any:
     # The learner imports tunix's GRPO stack (flax, optax): only when asked for.
-    if name in ("AdvBudgetGRPOLearner", "drgrpo_config", "drop_skipped_rows"):
+    if name in (
+        "AdvBudgetDAPOLearner",
+        "AdvBudgetGRPOLearner",
+        "drgrpo_config",
+        "drop_skipped_rows",
+    ):
         from . import _learner
 
         return getattr(_learner, name)

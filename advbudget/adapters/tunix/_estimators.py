@@ -192,9 +192,20 @@ class _Last(threading.local):
     valid: np.ndarray | None = None
     name: str = ""
     group_size: int = 0
+    scored: AdvantageResult | None = None
 
 
 LAST = _Last()
+
+
+def last_result() -> AdvantageResult | None:
+    """The :func:`result` of this thread's last call of one of our estimators (made once,
+    for the metrics, the ledger and κ_eff); None before any."""
+    if not LAST.name or LAST.rewards is None:
+        return None
+    if LAST.scored is None:
+        LAST.scored = result(LAST.name, LAST.rewards, LAST.group_size)
+    return LAST.scored
 
 
 def advantages_and_valid(
@@ -237,7 +248,7 @@ def advantages_and_valid(
         scored = compute_advantages(array, core, group_size=int(num_generations), **settings)
         out, mask = np.asarray(scored.advantages), np.asarray(scored.valid)
     LAST.rewards, LAST.valid, LAST.name = rewards, mask, name
-    LAST.group_size = int(num_generations)
+    LAST.group_size, LAST.scored = int(num_generations), None
     return out, mask
 
 
@@ -324,9 +335,9 @@ def metric_fn(
     """``GRPOLearner(metric_fns=[metric_fn])``: the ``advbudget/*`` keys of the other
     adapters (:func:`advbudget.metrics.advantage_metric_dict`) into tunix's metrics
     logger, for the advbudget estimator that scored this batch (nothing for another)."""
-    if LAST.rewards is not rewards or not LAST.name:
+    scored = last_result() if LAST.rewards is rewards else None
+    if scored is None:
         return {}  # not scored by one of ours (tunix's own estimator)
-    scored = result(LAST.name, rewards, LAST.group_size)
     solved = _OPTIONS.values.get("solved_reward", 1.0)
     metrics = advantage_metric_dict(scored, TUNIX.metric_prefix, solved_reward=solved)
     return {key: (value, np.mean) for key, value in metrics.items() if not math.isnan(value)}

@@ -1,18 +1,31 @@
-"""``AdvBudgetGRPOLearner``: tunix's ``GRPOLearner`` with the advbudget metrics and
-``skipped_groups``; ``drgrpo_config``: Dr.GRPO's config with another estimator."""
+"""``AdvBudgetGRPOLearner``: tunix's ``GRPOLearner`` with the advbudget metrics, κ_eff,
+the per-prompt ledger and ``skipped_groups``; ``drgrpo_config``: Dr.GRPO's config with
+another estimator."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
-from tunix.rl.grpo import drgrpo_learner  # type: ignore[import-not-found, unused-ignore]
+from tunix.rl import rl_cluster as rl_cluster_lib  # type: ignore[import-not-found, unused-ignore]
+from tunix.rl.grpo import (  # type: ignore[import-not-found, unused-ignore]
+    dapo_learner,
+    drgrpo_learner,
+)
 from tunix.rl.grpo.grpo_learner import GRPOLearner  # type: ignore[import-not-found, unused-ignore]
 
+from advbudget.checks import int_at_least
+from advbudget.metrics import PromptLedger, group_outcomes
+
 from .._options import parse_skipped_groups
-from ._estimators import LAST, TUNIX, metric_fn, registered_names
+from ._estimators import LAST, TUNIX, last_result, metric_fn, options, registered_names
+from ._kappa import KappaHooks, KappaTracker, kappa_batch
+
+#: The key of the prompt ledger in the custom metadata of tunix's actor checkpoints.
+LEDGER_METADATA = "advbudget_prompt_ledger"
 
 RESAMPLE_REFUSED = (
     "tunix 0.1.7 has no dynamic sampling (DAPOConfig.dynamic_sampling is a TODO); "
@@ -47,6 +60,17 @@ class AdvBudgetGRPOLearner(GRPOLearner):  # type: ignore[misc, unused-ignore]
       with advantage 0, and in its denominator and KL term) or ``"drop"`` (their completion
       rows are masked out: see :func:`drop_skipped_rows`). ``"resample"`` is refused:
       tunix has no dynamic sampling. ``drop`` needs an advbudget estimator.
+    - ``kappa_every``: κ_eff (``advbudget/kappa_eff/{mean,median,std,min,max,count}``) of
+      the K-th, 2K-th, ... update (tunix's logged steps K-1, 2K-1, ...; default 10, 0: off):
+      each group's o+ and o- (largest and smallest advantage) scored by the actor just
+      before and just after the update that trained them, also when tunix generates the
+      next micro-batch while one trains (``_kappa``). Any estimator; with ours, skipped
+      groups and NaN rewards are never picked.
+    - ``prompt_ledger``: ``advbudget/never_solved_prompt_fraction``,
+      ``advbudget/always_solved_prompt_fraction`` and ``advbudget/recurring_prompts``
+      over the prompts seen at least twice (identity: the prompt text), with our
+      estimators while ``solved_reward`` (see ``configure``) is not None; kept in the
+      custom metadata of tunix's actor checkpoints and restored with them.
 
     Every other argument is ``GRPOLearner``'s.
     """
@@ -57,11 +81,16 @@ class AdvBudgetGRPOLearner(GRPOLearner):  # type: ignore[misc, unused-ignore]
         skipped_groups: str = "keep",
         metrics: bool = True,
         metric_fns: Sequence[Any] | None = None,
+        kappa_every: int = TUNIX.kappa_every,
+        prompt_ledger: bool = True,
         **kwargs: Any,
     ) -> None:
         self.skipped_groups = parse_skipped_groups(
             skipped_groups, "skipped_groups", resample_refused=RESAMPLE_REFUSED
         )
+        self.kappa_every = int_at_least("kappa_every", kappa_every, 0)
+        if not isinstance(prompt_ledger, bool):
+            raise TypeError(f"prompt_ledger: expected a bool, got {prompt_ledger!r}")
         fns = [*(metric_fns or ()), *([metric_fn] if metrics else [])]
         super().__init__(*args, metric_fns=fns, **kwargs)
         name = self.algo_config.advantage_estimator
@@ -70,6 +99,27 @@ class AdvBudgetGRPOLearner(GRPOLearner):  # type: ignore[misc, unused-ignore]
                 f"skipped_groups: 'drop' needs an advbudget estimator (advbudget_<name> or "
                 f"reward_budget) as advantage_estimator, got {name!r}"
             )
+        trainer = self.rl_cluster.actor_trainer
+        self._kappa: KappaTracker | None = None
+        if self.kappa_every:
+            self._kappa = KappaTracker(self.rl_cluster, self.algo_config.temperature)
+            trainer.with_training_hooks(KappaHooks(self._kappa, trainer.training_hooks))
+        self.prompt_ledger = PromptLedger() if prompt_ledger else None
+        if self.prompt_ledger is not None:
+            self._keep_ledger_in_checkpoints(trainer, self.prompt_ledger)
+
+    @staticmethod
+    def _keep_ledger_in_checkpoints(trainer: Any, ledger: PromptLedger) -> None:
+        # tunix saves the trainer's custom metadata (the global step) with each checkpoint
+        # and restores it when the trainer is built: the ledger rides along.
+        restored = getattr(trainer, "_restored_custom_metadata", None) or {}
+        if LEDGER_METADATA in restored:
+            ledger.load_state_dict(restored[LEDGER_METADATA])
+        tunix_metadata = trainer.custom_checkpoint_metadata_fn
+        trainer.custom_checkpoint_metadata_fn = lambda: {
+            **tunix_metadata(),
+            LEDGER_METADATA: ledger.state_dict(),
+        }
 
     def _generate_and_compute_advantage(self, training_input: Any, mode: Any = None) -> Any:
         LAST.valid = None
@@ -77,14 +127,64 @@ class AdvBudgetGRPOLearner(GRPOLearner):  # type: ignore[misc, unused-ignore]
             example = super()._generate_and_compute_advantage(training_input)
         else:
             example = super()._generate_and_compute_advantage(training_input, mode)
+        scored = last_result() if LAST.valid is not None else None
         if self.skipped_groups == "drop":
-            if LAST.valid is None:  # e.g. an estimator replaced after construction
+            if scored is None:  # e.g. an estimator replaced after construction
                 raise RuntimeError(
                     "skipped_groups: 'drop' found no advbudget estimator call in this step "
                     f"(advantage_estimator={self.algo_config.advantage_estimator!r})"
                 )
             example = drop_skipped_rows(example, LAST.valid)
+        if mode is None or mode == rl_cluster_lib.Mode.TRAIN:
+            if scored is not None:
+                self._update_ledger(training_input["prompts"], scored)
+            if self._kappa is not None and self._kappa_due():
+                batch = kappa_batch(example, scored, self.algo_config.num_generations)
+                if batch is not None:
+                    self._kappa.add(batch)
         return example
+
+    def _update_ledger(self, prompts: Sequence[Any], scored: Any) -> None:
+        solved = options().get("solved_reward", 1.0)
+        if self.prompt_ledger is None or solved is None:
+            return
+        # tunix repeats each prompt G times, adjacent: one identity per group
+        self.prompt_ledger.update(
+            list(prompts)[:: self.algo_config.num_generations], group_outcomes(scored, solved)
+        )
+        self.rl_cluster.buffer_metrics(
+            {
+                TUNIX.metric_prefix + key: (value, np.mean)
+                for key, value in self.prompt_ledger.metrics().items()
+                if not math.isnan(value)
+            },
+            mode=rl_cluster_lib.Mode.TRAIN,
+        )
+
+    def _kappa_due(self) -> bool:
+        # tunix counts steps from 0 while they run: the K-th update is step K - 1
+        return bool((self.rl_cluster.global_steps + 1) % self.kappa_every == 0)
+
+    def _run_mini_batch_step(self, *args: Any, **kwargs: Any) -> None:
+        start = self.rl_cluster.actor_trainer.train_steps
+        super()._run_mini_batch_step(*args, **kwargs)
+        if self._kappa is not None:
+            self._kappa.measure_after(start)
+
+    def _run_global_step(self, *args: Any, **kwargs: Any) -> None:
+        super()._run_global_step(*args, **kwargs)
+        if self._kappa is not None and self._kappa_due():  # before tunix counts the step
+            step = self.rl_cluster.global_steps
+            metrics = self._kappa.flush(step)
+            if metrics:
+                self.rl_cluster.buffer_metrics(metrics, mode=rl_cluster_lib.Mode.TRAIN)
+
+
+class AdvBudgetDAPOLearner(AdvBudgetGRPOLearner, dapo_learner.DAPOLearner):  # type: ignore[misc, unused-ignore]
+    """tunix's ``DAPOLearner`` (with a ``DAPOConfig``: DAPO's clipping, token-mean loss and,
+    when ``overlong_buffer`` is enabled, its overlong reward shaping, which tunix 0.1.7
+    measures in characters) plus everything :class:`AdvBudgetGRPOLearner` adds. tunix has
+    no dynamic sampling; ``skipped_groups="drop"`` takes dead groups out of the loss."""
 
 
 def drgrpo_config(*, advantage_estimator: str = "reward_budget", **kwargs: Any) -> Any:

@@ -106,7 +106,7 @@ def passk(g: GroupedRewards, *, k: int = 4, eps: float = 1e-6, norm_by_std: bool
 def _check_binary_groups(g: GroupedRewards, k: int) -> None:
     xp = g.xp
     top = g.groups.max(g.gap)
-    middle = g.only_present(xp.astype((g.gap > 0) & (g.gap < g.expand(top)), xp.int32))
+    middle = g.only_present(xp.astype((g.gap > 0) & (g.gap < g.expand(top)), g.gap.dtype))
     if bool(xp.any(g.sum(middle) > 0)):
         raise ValueError(
             "rewards: passk expects binary rewards (at most two values in a group), got a "

@@ -15,8 +15,9 @@ import torch
 from advbudget.adapters.openrlhf import _kappa
 from advbudget.adapters.openrlhf._advantages import compute_advantages_and_returns
 from advbudget.rewards import openrlhf as rewards
+from advbudget.testing.openrlhf import make_args, make_experiences, make_maker
 
-from .conftest import OPENRLHF_WARNINGS, make_args, make_experiences, make_maker
+from .conftest import OPENRLHF_WARNINGS
 
 pytestmark = OPENRLHF_WARNINGS
 

@@ -22,8 +22,9 @@ import torch
 
 import advbudget.adapters.openrlhf as adapter
 from advbudget import compute_advantages
+from advbudget.testing.openrlhf import make_args, make_maker
 
-from .conftest import OPENRLHF_WARNINGS, import_openrlhf, make_args, make_maker
+from .conftest import OPENRLHF_WARNINGS, import_openrlhf
 
 pytestmark = OPENRLHF_WARNINGS
 

@@ -21,8 +21,9 @@ import ray
 import torch
 
 from advbudget.adapters.openrlhf._patch import LEDGER_STATE
+from advbudget.testing.openrlhf import make_args, make_experiences, make_maker
 
-from .conftest import OPENRLHF_WARNINGS, make_args, make_experiences, make_maker
+from .conftest import OPENRLHF_WARNINGS
 
 pytestmark = OPENRLHF_WARNINGS
 

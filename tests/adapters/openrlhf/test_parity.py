@@ -20,13 +20,9 @@ from advbudget.adapters.openrlhf._advantages import (
     compute_advantages_and_returns,
     core_estimator,
 )
+from advbudget.testing.openrlhf import make_args, make_experiences, make_maker
 
-from .conftest import (
-    OPENRLHF_WARNINGS,
-    make_args,
-    make_experiences,
-    make_maker,
-)
+from .conftest import OPENRLHF_WARNINGS
 
 pytestmark = OPENRLHF_WARNINGS
 

@@ -15,8 +15,9 @@ pytest.importorskip("openrlhf")
 import torch
 
 import advbudget.adapters.openrlhf as adapter
+from advbudget.testing.openrlhf import make_args, make_experiences, make_maker
 
-from .conftest import OPENRLHF_WARNINGS, make_args, make_experiences, make_maker
+from .conftest import OPENRLHF_WARNINGS
 
 pytestmark = OPENRLHF_WARNINGS
 

@@ -22,8 +22,9 @@ pytest.importorskip("openrlhf")
 import torch
 
 import advbudget.adapters.openrlhf as adapter
+from advbudget.testing.openrlhf import make_args, make_maker
 
-from .conftest import OPENRLHF_WARNINGS, make_args, make_maker
+from .conftest import OPENRLHF_WARNINGS
 from .test_kappa import PROMPT, tiny_actor
 
 pytestmark = OPENRLHF_WARNINGS

@@ -41,25 +41,14 @@ def main(model_dir: str, data_file: str, output_dir: str, mode: str = "spanning"
     warnings.filterwarnings("ignore", category=FutureWarning)
     import datasets
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig
 
     from advbudget.adapters.trl import AdvBudgetGRPOTrainer
+    from advbudget.testing.trl import grpo_config
 
-    config = GRPOConfig(
-        output_dir=str(Path(output_dir) / "out"),
-        use_cpu=True,
-        bf16=False,
-        activation_checkpointing=False,
-        report_to="none",
-        max_completion_length=16,
-        num_generations=4,
+    config = grpo_config(
+        Path(output_dir) / "out",
         per_device_train_batch_size=8 if resample else 6,
-        learning_rate=1e-3,
-        logging_steps=1,
         max_steps=2 if resample else 1,
-        save_strategy="no",
-        seed=0,
-        disable_tqdm=True,
     )
     trainer = AdvBudgetGRPOTrainer(
         model=AutoModelForCausalLM.from_pretrained(model_dir),

@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from advbudget.testing.trl import grpo_config
+
 PROMPTS = 8
 # trl 1.16 still calls transformers 5.24's deprecated gradient-checkpointing aliases.
 TRL_WARNINGS = pytest.mark.filterwarnings(
@@ -64,32 +66,15 @@ def make_trainer(tiny_model: Path, train_dataset: Any, tmp_path: Path) -> Callab
         **kwargs: Any,
     ) -> Any:
         from transformers import AutoModelForCausalLM, AutoTokenizer
-        from trl import GRPOConfig, GRPOTrainer
+        from trl import GRPOTrainer
 
-        settings: dict[str, Any] = {
-            "output_dir": str(tmp_path / "out"),
-            "use_cpu": True,
-            "bf16": False,
-            "activation_checkpointing": False,
-            "report_to": "none",
-            "max_completion_length": 16,
-            "num_generations": 4,
-            "per_device_train_batch_size": 8,
-            "learning_rate": 1e-3,
-            "logging_steps": 1,
-            "max_steps": 2,
-            "save_strategy": "no",
-            "seed": 0,
-            "disable_tqdm": True,
-        }
-        settings.update(config or {})
         trainer_cls = cls or GRPOTrainer
         kwargs.setdefault("train_dataset", train_dataset)
         return trainer_cls(
             model=AutoModelForCausalLM.from_pretrained(tiny_model),
             processing_class=AutoTokenizer.from_pretrained(tiny_model),
             reward_funcs=reward_funcs,
-            args=GRPOConfig(**settings),
+            args=grpo_config(tmp_path / "out", **(config or {})),
             **kwargs,
         )
 

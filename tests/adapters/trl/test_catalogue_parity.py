@@ -1,5 +1,6 @@
-"""Parity of every TRL mirror (the TRL row's ``own_names``) with TRL 1.16's own advantage
-code, which is only reachable inside a trainer step; TRL has no returns, only advantages.
+"""Parity of every TRL mirror (the TRL row's ``own_names``) with TRL's own advantage code
+(1.13, 1.16), which is only reachable inside a trainer step; TRL has no returns, only
+advantages.
 
 - ``GRPOTrainer`` modes (``scale_rewards`` "group", "none", "batch"): one
   ``AdvBudgetGRPOTrainer`` run each, with the mirror as its estimator and TRL's mode in its
@@ -123,25 +124,13 @@ def _rloo_pairs(
     make_trainer: Any, tiny_model: Path, train_dataset: Any, tmp_path: Path, core: str, switch: Any
 ) -> list[Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import RLOOConfig, RLOOTrainer
+    from trl import RLOOTrainer
 
     from advbudget.adapters.trl import AdvBudgetGRPOTrainer
+    from advbudget.testing.trl import rloo_config
 
-    args = RLOOConfig(
-        output_dir=str(tmp_path / "rloo"),
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        max_completion_length=16,
-        learning_rate=1e-3,
-        logging_steps=1,
-        save_strategy="no",
-        seed=0,
-        disable_tqdm=True,
-        beta=0.0,  # no KL in the reward: the outcome rewards alone
-        **RUN,
-        **switch,
-    )
+    # no KL in the reward (beta 0): the outcome rewards alone
+    args = rloo_config(tmp_path / "rloo", beta=0.0, **RUN, **switch)
     trainer = RLOOTrainer(
         model=AutoModelForCausalLM.from_pretrained(tiny_model),
         processing_class=AutoTokenizer.from_pretrained(tiny_model),

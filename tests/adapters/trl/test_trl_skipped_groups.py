@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from types import SimpleNamespace
 from typing import Any
 
@@ -20,7 +21,7 @@ from .test_trl_train import _capture  # noqa: E402
 
 pytestmark = TRL_WARNINGS
 
-# Every loss TRL 1.16 offers, with the settings it requires.
+# Every loss TRL 1.13 to 1.16 offers, with the settings it requires.
 LOSS_TYPES = {
     "grpo": {},
     "dr_grpo": {},
@@ -143,6 +144,55 @@ def test_bad_options_fail_before_the_model_loads(kwargs: dict[str, Any], message
     # No model, no dataset: the options are checked first.
     with pytest.raises(ValueError, match=message):
         AdvBudgetGRPOTrainer(model="no-such-model", reward_funcs=[], **kwargs)
+
+
+@pytest.mark.skipif(
+    not hasattr(trl.GRPOTrainer, "compute_liger_loss"),
+    reason=f"trl {trl.__version__} computes the Liger loss in _compute_loss (trl>=1.14): "
+    "nothing to refuse",
+)
+def test_liger_with_a_per_sequence_loss_is_refused_on_trl_1_13(tmp_path: Any) -> None:
+    """TRL 1.13's Liger loss bypasses _compute_loss, where drop divides grpo's, sapo's,
+    luspo's and dr_grpo's loss by the kept rows: refused before the model loads. The
+    token-level losses read the dropped rows off the mask and pass."""
+    from advbudget.adapters.trl._trainer import _check_loss_path
+
+    args = trl.GRPOConfig(
+        output_dir=str(tmp_path), use_cpu=True, report_to="none", use_liger_kernel=True,
+        loss_type="grpo", activation_checkpointing=False,
+    )  # fmt: skip
+    message = (
+        "skipped_groups: 'drop' with loss_type='grpo' and use_liger_kernel=True needs "
+        f"trl>=1.14, got trl {trl.__version__} (its Liger loss bypasses the adapter's "
+        "per-sequence normaliser); use skipped_groups='keep' or a token-level loss_type "
+        "(dapo, bnpo, cispo, vespo), or use_liger_kernel=False"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        AdvBudgetGRPOTrainer(model="no-model", reward_funcs=[], args=args, skipped_groups="drop")
+    _check_loss_path(SimpleNamespace(use_liger_kernel=True, loss_type="dapo"), "drop")
+
+
+def test_a_patched_compute_loss_refuses_per_sequence_drop() -> None:
+    """A GRPOTrainer whose compute_loss is not TRL's (Unsloth's rewritten trainer, which
+    computes its own loss) never reaches the adapter's _compute_loss."""
+    from advbudget.adapters.trl._trainer import _check_loss_path
+
+    def compute_loss(self: Any, model: Any, inputs: Any) -> Any:
+        raise AssertionError("never called")
+
+    compute_loss.__module__ = "UnslothGRPOTrainer"
+    grpo = SimpleNamespace(use_liger_kernel=False, loss_type="grpo")
+    message = (
+        "skipped_groups: 'resample' with loss_type='grpo' needs TRL's own "
+        "GRPOTrainer.compute_loss, got one from UnslothGRPOTrainer (a "
+        "patched trainer, such as Unsloth's, bypasses the adapter's per-sequence normaliser); "
+        "use skipped_groups='keep' or a token-level loss_type (dapo, bnpo, cispo, vespo)"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        _check_loss_path(grpo, "resample", compute_loss)
+    dapo = SimpleNamespace(use_liger_kernel=False, loss_type="dapo")
+    _check_loss_path(dapo, "drop", compute_loss)
+    _check_loss_path(grpo, "drop")  # TRL's own compute_loss
 
 
 def test_resample_needs_whole_groups_per_process() -> None:

@@ -301,3 +301,40 @@ def test_an_unsupported_tunix_version_is_named():
 
     with pytest.raises(ImportError, match=r"supports google-tunix>=0.1.7,<0.1.8, got 0.2.0"):
         check_version("google-tunix", "advbudget.adapters.tunix", *SUPPORTED_TUNIX, "0.2.0")
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"kappa_every": -1}, "kappa_every: expected an int >= 0, got -1"),
+        ({"kappa_every": 2.0}, "kappa_every: expected an int >= 0, got 2.0"),
+        ({"prompt_ledger": "yes"}, "prompt_ledger: expected a bool, got 'yes'"),
+    ],
+)
+def test_bad_learner_options_fail_before_tunix_in_one_line(options, message):
+    from advbudget.adapters.tunix import AdvBudgetGRPOLearner
+
+    with pytest.raises((ValueError, TypeError), match=message) as raised:
+        AdvBudgetGRPOLearner(rl_cluster=None, algo_config=None, reward_fns=[], **options)
+    assert "\n" not in str(raised.value)
+
+
+def test_kappa_leaves_out_a_batch_scored_with_other_weights():
+    """The guard behind κ_eff's timing: a batch whose "before" was taken at another
+    optimizer step than the one its mini-batch step began from is left out, with a
+    warning, rather than logged."""
+    from types import SimpleNamespace
+
+    from advbudget.adapters.tunix._kappa import KappaBatch, KappaTracker
+    from advbudget.metrics import kappa_pairs
+
+    cluster = SimpleNamespace(actor_trainer=SimpleNamespace(train_steps=3))
+    tracker = KappaTracker(cluster, temperature=1.0)
+    pairs = kappa_pairs(np.array([0.5, -0.5]), group_size=2)
+    stale = KappaBatch(pairs, 2, None, None, np.ones((2, 1)), np.zeros(2), train_steps=1)
+    tracker.add(stale)
+    tracker.measure_after(start_steps=2)  # the step began at 2: 'before' was taken at 1
+    with pytest.warns(RuntimeWarning, match=r"κ_eff at step 7 leaves out 1 batch.*step 1, "):
+        assert tracker.flush(7) == {}
+    tracker.measure_after(start_steps=3)  # nothing pending, no update: nothing to log
+    assert tracker.flush(8) == {"advbudget/kappa_eff/count": (0.0, np.sum)}

@@ -47,7 +47,9 @@ from typing import Any
 
 import pytest
 
-from .conftest import VERL_WARNINGS, algorithm_config, make_batch
+from advbudget.testing.verl import algorithm_config, make_batch
+
+from .conftest import VERL_WARNINGS
 
 pytest.importorskip("verl")
 pytest.importorskip("transfer_queue")

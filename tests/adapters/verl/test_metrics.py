@@ -16,8 +16,9 @@ from verl import DataProto  # noqa: E402
 
 from advbudget.adapters.verl import METRIC_PREFIX, batch_metrics  # noqa: E402
 from advbudget.adapters.verl._metrics import kappa_metrics  # noqa: E402
+from advbudget.testing.verl import algorithm_config  # noqa: E402
 
-from .conftest import VERL_WARNINGS, algorithm_config  # noqa: E402
+from .conftest import VERL_WARNINGS  # noqa: E402
 
 pytestmark = VERL_WARNINGS
 

@@ -16,7 +16,9 @@ plugin = pytest.importorskip(
     "advbudget_example_plugin", reason="make test-verl installs tests/plugin"
 )
 
-from .conftest import VERL_WARNINGS, algorithm_config, make_batch  # noqa: E402
+from advbudget.testing.verl import algorithm_config, make_batch  # noqa: E402
+
+from .conftest import VERL_WARNINGS  # noqa: E402
 from .test_estimators import run  # noqa: E402
 
 pytestmark = VERL_WARNINGS

@@ -3,6 +3,13 @@
 :func:`assert_close` is the check the library's own tests use: an estimator that returns
 the right numbers in the wrong namespace, dtype or device is wrong, so those are checked
 by default, not only the values.
+
+Each framework's submodule builds that framework's own batch objects, as its trainer hands
+them to an advantage estimator, for tests and benchmarks of the adapters:
+:mod:`advbudget.testing.verl` (a ``DataProto``), :mod:`advbudget.testing.openrlhf`
+(``Experience`` objects and a ``RemoteExperienceMaker``), :mod:`advbudget.testing.trl`
+(a tiny CPU ``GRPOConfig``/``RLOOConfig``). Each imports its framework only when a
+function runs, so ``import advbudget.testing`` imports none.
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
-from .core._arrays import device_of
+from ..core._arrays import device_of
 
 __all__ = ["assert_close", "to_numpy"]
 
