@@ -159,6 +159,24 @@ def test_mirrors_keep_the_framework_constants_others_the_core_defaults():
     assert verl.settings("budget")["singletons"] == "skip"
     assert get_convention("trl").settings("group_norm")["eps"] == 1e-4
     assert get_convention("trl").settings("grpo", {"eps": 0.1})["eps"] == 0.1
+    # verl's grpo_passk raises on a group of one: its mirror too; a user may choose
+    assert verl.settings("grpo_passk")["singletons"] == "refuse"
+    assert verl.settings("grpo_passk", {"singletons": "skip"})["singletons"] == "skip"
+    assert verl.returns_of("remax") == "reward"  # verl's remax returns the reward-to-go
+    assert verl.returns_of("grpo") == verl.returns_of("budget") == "advantages"
+    openrlhf = get_convention("openrlhf")
+    assert openrlhf.returns_of("reinforce_baseline") == "dr"  # returns before whitening
+
+
+@pytest.mark.parametrize("framework", sorted(CONVENTIONS))
+def test_the_rows_name_mirrors_only(framework):
+    """singletons_refused and returns speak of mirrors; returns name "reward" or a
+    catalogue estimator."""
+    convention = get_convention(framework)
+    assert convention.singletons_refused <= set(convention.own_names)
+    assert set(convention.returns) <= set(convention.own_names)
+    for source in convention.returns.values():
+        assert source == "reward" or get_spec(source).name == source
 
 
 def test_cli_lists_the_catalogue():

@@ -220,3 +220,26 @@ def test_one_rollout_per_group_warns_once_per_call_at_the_caller():
         compute_advantages(rewards, "grpo", group_size=1, singletons="raw")
         budget_advantage(np.array([1.0]), group_size=1)
         budget_advantage(np.array([1.0, 0.0]), group_size=2)
+
+
+def test_singletons_refuse_names_the_group_of_one(xp):
+    """``singletons="refuse"`` (a framework whose own estimator raises on a group of one,
+    verl's grpo_passk): one line naming the layout argument, the count and the first."""
+    rewards = xp.asarray([1.0, 0.0, 1.0, 0.5, 0.0])
+    ids = ["a", "a", "lone", "b", "b"]
+    with pytest.raises(ValueError, match=r"^group_ids: grpo_passk expected at least 2") as raised:
+        compute_advantages(rewards, "grpo_passk", group_ids=ids, singletons="refuse")
+    assert "got 1 group(s) of 1 rollout, the first at rollout 2, label 'lone'" in str(raised.value)
+    assert "\n" not in str(raised.value)
+    with pytest.raises(ValueError, match=r"^group_size: dr expected .* got 5 group\(s\) of 1"):
+        compute_advantages(rewards, "dr", group_size=1, singletons="refuse")
+    groups = make_groups(rewards, group_ids=[0, 1, 1, 2, 2])
+    with pytest.raises(ValueError, match=r"^groups: grpo expected .* the first at rollout 0$"):
+        compute_advantages(rewards, "grpo", groups=groups, singletons="refuse")
+    # Groups of two or more: the numbers of "skip".
+    ids = ["a", "a", "b", "b", "b"]
+    refused = compute_advantages(rewards, "grpo_passk", group_ids=ids, singletons="refuse")
+    skipped = compute_advantages(rewards, "grpo_passk", group_ids=ids)
+    np.testing.assert_array_equal(to_numpy(refused.advantages), to_numpy(skipped.advantages))
+    with pytest.raises(ValueError, match=r"singletons: expected one of .*'refuse'.* got 'keep'"):
+        compute_advantages(rewards, "dr", group_ids=ids, singletons="keep")

@@ -309,7 +309,7 @@ def test_specs_declare_skip_rules_batch_statistics_and_slopes():
     # Mirrors: verl's constants for its estimators, OpenRLHF's and TRL's for theirs.
     verl = get_convention("verl")
     assert verl.settings("reinforce_plus_plus_baseline")["singletons"] == "raw"
-    assert verl.settings("grpo_passk")["singletons"] == "skip"
+    assert verl.settings("grpo_passk")["singletons"] == "refuse"  # as verl's, on a group of one
     assert verl.settings("opo")["tie_atol"] == 0.0
     assert get_convention("openrlhf").settings("reinforce_baseline")["var_floor"] == 1e-8
     assert get_convention("trl").settings("grpo_batch_std")["eps"] == 1e-4

@@ -54,13 +54,26 @@ def _frameworks(spec: EstimatorSpec) -> str:
 
 def _skips(spec: EstimatorSpec) -> str:
     if spec.skips == "never":
-        return (
+        rule = (
             "never (only groups without any reward): its advantages are not 0 on a constant group"
         )
-    singles = (
-        '; verl\'s groups of one are scored raw (`singletons="raw"`)' if spec.raw_singletons else ""
-    )
-    return f"groups with no reward gap, or of one{singles}"
+    else:
+        rule = "groups with no reward gap, or of one"
+    return rule + "".join(f"; {note}" for note in _singletons(spec))
+
+
+def _singletons(spec: EstimatorSpec) -> list[str]:
+    """Where a framework's own estimator treats a group of one otherwise (its mirror too)."""
+    notes = []
+    for convention in CONVENTIONS.values():
+        if not convention.is_mirror(spec):
+            continue
+        singletons = convention.settings(spec)["singletons"]
+        if singletons == "raw":
+            notes.append(f'{convention.framework} scores a group of one raw (`singletons="raw"`)')
+        elif singletons == "refuse":
+            notes.append(f'{convention.framework} refuses a group of one (`singletons="refuse"`)')
+    return notes
 
 
 def estimators_markdown() -> str:

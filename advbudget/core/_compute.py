@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import checks
 from ._arrays import Array, as_array, backend, compute_dtype, device_of, is_traced
-from ._groups import GroupMethod, Groups
+from ._groups import Contiguous, GroupMethod, Groups
 from ._labels import build_groups
 from ._result import AdvantageResult
 from ._stats import GroupedRewards, Singletons, group_rewards
@@ -63,7 +63,9 @@ def compute_advantages(
             ``tie_atol + tie_rtol * max(|max|, |min|)`` has no reward gap and is skipped
             (default 1e-6: float32 rounding noise is a tie). 0 and 0 skip only exact ties.
         singletons: ``"skip"`` (default) gives a group of one advantage 0; ``"raw"``
-            scores it against a baseline of 0 and unit std, as verl does (not for budget).
+            scores it against a baseline of 0 and unit std, as verl does (not for budget);
+            ``"refuse"`` raises ValueError on a group of one (a framework whose own
+            estimator raises there: verl's grpo_passk).
         **options: the estimator's own options (``budget=``; ``eps=``, ``std_correction=``)
             and extra inputs (``response_lengths=``: one value per rollout).
 
@@ -104,14 +106,10 @@ def compute_advantages(
         singletons=singletons,
         skip_ties=spec.skips == "ties",
     )
-    if spec.skips == "ties" and singletons == "skip":
-        given = (
-            "group_size=1"
-            if group_size is not None
-            else "group_ids"
-            if groups is None
-            else "groups"
-        )
+    given = "group_size" if group_size is not None else "group_ids" if groups is None else "groups"
+    if singletons == "refuse":
+        _refuse_groups_of_one(grouped.groups, given, group_ids, spec)
+    elif spec.skips == "ties" and singletons == "skip":
         _warn_if_every_group_is_one_rollout(grouped.groups, given, spec)
     inputs = _input_rows(spec, given_inputs, grouped)
     rows = spec.fn(grouped, **resolved, **inputs)
@@ -127,6 +125,38 @@ def compute_advantages(
     )
 
 
+def _refuse_groups_of_one(groups: Groups, given: str, labels: Any, spec: EstimatorSpec) -> None:
+    """``singletons="refuse"``: raise, naming the group size, when a group has one rollout
+    (a mirror of a framework estimator that raises there, as verl's grpo_passk does)."""
+    xp = groups.xp
+    if isinstance(groups, Contiguous):  # one static size (Permuted too)
+        if groups.group_size != 1:
+            return
+        count, first = groups.num_groups, 0
+    else:
+        sizes = groups.per_group(groups.sizes(xp.int32))
+        if is_traced(sizes):
+            raise ValueError(
+                f"singletons: 'refuse' reads the group sizes, which {given} leaves unknown "
+                "while tracing; check them before the compiled call, or pass 'skip'"
+            )
+        alone = xp.astype(sizes == 1, xp.int32)
+        count = int(xp.sum(alone))
+        if count == 0:
+            return
+        group = int(xp.argmax(alone))
+        first = int(xp.argmax(xp.astype(groups.group_index() == group, xp.int32)))
+    label = ""
+    if labels is not None and given == "group_ids":
+        value = labels[first]
+        label = f", label {getattr(value, 'item', lambda: value)()!r}"
+    raise ValueError(
+        f"{given}: {spec.name} expected at least 2 rollouts in every group (singletons="
+        f"'refuse', as the framework's own {spec.name}), got {count} group(s) of 1 rollout, "
+        f"the first at rollout {first}{label}"
+    )
+
+
 def _warn_if_every_group_is_one_rollout(groups: Groups, given: str, spec: EstimatorSpec) -> None:
     """Warn when the grouping leaves nothing to compare: every advantage will be 0.
 
@@ -134,6 +164,8 @@ def _warn_if_every_group_is_one_rollout(groups: Groups, given: str, spec: Estima
     """
     if groups.num_groups != groups.num_rollouts or groups.num_rollouts < 2:
         return  # a batch of one rollout is a caller's edge case, not a setup mistake
+    if given == "group_size":
+        given = "group_size=1"
     raw = ", pass singletons='raw' (verl's convention)" if spec.raw_singletons else ""
     warnings.warn(
         f"{given}: every one of the {groups.num_groups} groups has one rollout, so every "
@@ -273,7 +305,7 @@ def group_checked(
     if num_rollouts == 0:
         raise ValueError("rewards: expected at least one rollout, got an empty array")
     checks.choice("nan_policy", nan_policy, ("raise", "omit"))
-    checks.choice("singletons", singletons, ("skip", "raw"))
+    checks.choice("singletons", singletons, ("skip", "raw", "refuse"))
     checks.nonnegative_finite("tie_rtol", tie_rtol)
     checks.nonnegative_finite("tie_atol", tie_atol)
     device = device_of(rewards)

@@ -39,6 +39,11 @@ class Convention:
             advantages (its mirror).
         options: core estimator -> the framework's values of its options (mirrors only).
         singletons: how the framework scores a group of one (mirrors only).
+        singletons_refused: the mirrors whose framework estimator (or its launcher) raises
+            on a group of one: the mirror raises too (``singletons="refuse"``).
+        returns: mirror -> what the framework's returns are the reward-to-go of where they
+            are not the advantages: ``"reward"`` (the reward itself, no baseline), or a
+            core estimator (its advantages: the shaping before a batch whitening).
         exact_ties: the framework skips only exactly equal rewards (mirrors only).
         prefix: our estimators' names in the framework are ``prefix + name`` for every
             name and alias in the catalogue.
@@ -54,6 +59,8 @@ class Convention:
     own_names: Mapping[str, str]
     options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     singletons: Singletons = "skip"
+    singletons_refused: frozenset[str] = frozenset()
+    returns: Mapping[str, str] = field(default_factory=dict)
     exact_ties: bool = True
     prefix: str = "advbudget_"
     extra_names: Mapping[str, str] = field(default_factory=dict)
@@ -102,7 +109,7 @@ class Convention:
         Examples:
             >>> from advbudget.core import get_convention
             >>> get_convention("openrlhf").settings("grpo")  # OpenRLHF's group_norm
-            {'tie_rtol': 0.0, 'tie_atol': 0.0, 'singletons': 'skip', 'eps': 1e-09,
+            {'tie_rtol': 0.0, 'tie_atol': 0.0, 'singletons': 'refuse', 'eps': 1e-09,
              'std_correction': 1}
             >>> get_convention("verl").settings("budget", {"budget": 0.5})
             {'tie_rtol': 1e-06, 'tie_atol': 1e-06, 'singletons': 'skip', 'budget': 0.5}
@@ -110,15 +117,34 @@ class Convention:
         spec = as_spec(estimator)
         mirror = self.is_mirror(spec)
         exact = mirror and self.exact_ties
+        singletons: Singletons = "skip"
+        if mirror and spec.name in self.singletons_refused:
+            singletons = "refuse"
+        elif mirror and spec.raw_singletons:
+            singletons = self.singletons
         out: dict[str, Any] = {
             "tie_rtol": 0.0 if exact else DEFAULT_TIE_RTOL,
             "tie_atol": 0.0 if exact else DEFAULT_TIE_ATOL,
-            "singletons": self.singletons if mirror and spec.raw_singletons else "skip",
+            "singletons": singletons,
         }
         if mirror:
             out.update(self.options.get(spec.name, {}))
         out.update(overrides or {})
         return out
+
+    def returns_of(self, estimator: str | EstimatorSpec | Estimator) -> str:
+        """What the framework's returns are for ``estimator``: ``"advantages"`` (the same
+        tensor, most estimators), ``"reward"`` (the reward-to-go of the reward itself) or
+        a core estimator name (the reward-to-go of its advantages).
+
+        Examples:
+            >>> from advbudget.core import get_convention
+            >>> verl = get_convention("verl")
+            >>> verl.returns_of("remax"), verl.returns_of("grpo")
+            ('reward', 'advantages')
+        """
+        spec = as_spec(estimator)
+        return self.returns.get(spec.name, "advantages") if self.is_mirror(spec) else "advantages"
 
     def option_names(self) -> list[str]:
         """Every option name of the catalogue (one flag or key each in the framework)."""
@@ -142,6 +168,8 @@ VERL = Convention(
             "gpg": "gpg",
             "reinforce_plus_plus_baseline": "reinforce_plus_plus_baseline",
             "remax": "remax",
+            # an outcome advantage: verl's with algorithm.gamma = 1 (its default)
+            "reinforce": "reinforce_plus_plus with gamma 1",
         }
     ),
     options=_frozen(
@@ -154,9 +182,13 @@ VERL = Convention(
                 "var_eps": 1e-8,
                 "var_floor": 0.0,
             },
+            "reinforce": {"std_correction": 1, "var_eps": 1e-8, "var_floor": 0.0},
         }
     ),
     singletons="raw",
+    singletons_refused=frozenset({"grpo_passk"}),  # "Pass@k requires at least 2 samples"
+    # verl's remax and reinforce_plus_plus return the reward-to-go, not the advantages
+    returns=_frozen({"remax": "reward", "reinforce": "reward"}),
     extra_names=_frozen({"reward_budget": "budget"}),
     whole_batch="verl calls the estimator once on the whole batch, in its TaskRunner",
 )
@@ -180,6 +212,11 @@ OPENRLHF = Convention(
             "reinforce_baseline": {"std_correction": 0, "var_eps": 0.0, "var_floor": 1e-8},
         }
     ),
+    # train_ppo_ray asserts n_samples_per_prompt > 1 for these (its own names); reinforce
+    # runs with groups of one.
+    singletons_refused=frozenset({"grpo", "dr", "rloo", "reinforce_baseline"}),
+    # OpenRLHF whitens the advantages after the returns: these are of the reward before.
+    returns=_frozen({"reinforce": "reward", "reinforce_baseline": "dr"}),
     extra_names=_frozen({"reward_budget": "budget"}),
     whole_batch="every experience of the step, concatenated, in the PPOTrainer actor",
 )

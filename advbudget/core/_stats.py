@@ -14,7 +14,7 @@ from typing import Literal
 from ._arrays import Array, Namespace
 from ._groups import Groups
 
-Singletons = Literal["skip", "raw"]
+Singletons = Literal["skip", "raw", "refuse"]
 
 
 @dataclass(frozen=True, eq=False)

@@ -27,7 +27,8 @@ checks, its trainer) with three changes:
   anything else first); fields the job sets are not set again (Ray refuses duplicates).
 
 Our preconditions (checked before OpenRLHF's): our estimators need
-``--rollout.n_samples_per_prompt > 1`` and no critic.
+``--rollout.n_samples_per_prompt > 1`` (``advbudget_reinforce`` too runs with 1, as
+OpenRLHF's ``reinforce``) and no critic.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from typing import Any
 from advbudget.core import estimator_specs, get_spec
 
 from .._options import parse_max_generation_batches, parse_skipped_groups
-from ._advantages import OPENRLHF, estimator_names, is_ours, parse_solved_reward
+from ._advantages import OPENRLHF, estimator_names, is_ours, needs_groups, parse_solved_reward
 from ._parse_only import ParsedOnly, run_main_block
 from ._patch import HOOK, install
 from ._resample import DEFAULT_MAX_GENERATION_BATCHES
@@ -82,7 +83,7 @@ def validate(flat: argparse.Namespace) -> None:
     if estimator is None or not is_ours(estimator):
         return
     n = getattr(flat, "rollout.n_samples_per_prompt", 1)
-    if n is None or n < 2:
+    if n is None or n < 1 or (n < 2 and needs_groups(estimator)):
         raise SystemExit(
             f"advbudget: --algo.advantage.estimator {estimator} compares the samples of a "
             f"prompt: it needs --rollout.n_samples_per_prompt > 1 (got {n})"

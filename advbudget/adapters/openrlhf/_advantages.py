@@ -16,8 +16,15 @@ order:
    to the widest action mask) instead of once per experience;
 5. CHANGED: returns by :func:`cumulative_returns` (one reversed cumsum) instead of the loop
    over the response length; advantages = returns; gamma forced to 1 (with OpenRLHF's warning);
+   for the mirrors of OpenRLHF's whitened estimators (reinforce, reinforce_baseline) the
+   advantages come whitened from the core, and the returns and ``info["return"]`` are of
+   the reward before the whitening, as OpenRLHF's (the conventions' ``returns``);
 6. ``info["return"]``, ``experience.kl = None``; no batch whitening (OpenRLHF whitens only
    gae/reinforce/reinforce_baseline).
+
+One sample per prompt (``--rollout.n_samples_per_prompt 1``) is refused (ValueError) for
+every estimator but ``advbudget_reinforce``, OpenRLHF's ``reinforce`` being the only one of
+its own that ``train_ppo_ray`` runs with one sample (:func:`needs_groups`).
 
 ADDED: ``info["advbudget/..."]``, the advantage metrics of the verl adapter as per-sample
 lists whose sample means OpenRLHF logs (:func:`sample_metrics`; the solved/unsolved split
@@ -113,6 +120,14 @@ def core_estimator(name: str, args: Any = None) -> tuple[str, dict[str, Any]]:
     return core, OPENRLHF.settings(core, overrides)
 
 
+def needs_groups(name: str) -> bool:
+    """Whether our OpenRLHF estimator ``name`` needs ``--rollout.n_samples_per_prompt > 1``:
+    every one, except a mirror of an OpenRLHF estimator that runs with one sample per
+    prompt (``reinforce``); ``train_ppo_ray`` refuses one sample for the others it has."""
+    core = OPENRLHF.core_name(name)
+    return not OPENRLHF.is_mirror(core) or core in OPENRLHF.singletons_refused
+
+
 def compute_advantages_and_returns(
     maker: Any,
     experiences: list[Any],
@@ -140,7 +155,7 @@ def compute_advantages_and_returns(
     bar = solved_reward(args)  # a bad value fails before any work
     drop = skipped_groups(args) == "drop"
     n = int(args.rollout.n_samples_per_prompt)
-    if n < 2:
+    if n < 1 or (n < 2 and needs_groups(name)):
         raise ValueError(f"{name} requires --rollout.n_samples_per_prompt > 1, got {n}")
     if not experiences:
         raise ValueError("experiences: expected at least one Experience, got an empty list")
@@ -177,16 +192,30 @@ def compute_advantages_and_returns(
     layout = _Layout(sizes, widths)
     mask = layout.stack([e.action_mask for e in experiences])
     kl = layout.stack([e.kl for e in experiences])
-    reward = compute_reward(
-        shaped, maker.kl_ctl.value, kl, action_mask=mask, reward_clip_range=args.reward.clip_range
-    )
-    returns = cumulative_returns(reward, mask)
+
+    def with_kl(sequence_reward: Any) -> Any:  # OpenRLHF's per-token reward
+        return compute_reward(
+            sequence_reward,
+            maker.kl_ctl.value,
+            kl,
+            action_mask=mask,
+            reward_clip_range=args.reward.clip_range,
+        )
+
+    reward = with_kl(shaped)
+    advantages = returns = cumulative_returns(reward, mask)
+    # OpenRLHF whitens reinforce's advantages after the returns: its returns (and
+    # info["return"]) are of the reward before the whitening (the conventions' ``returns``).
+    source = OPENRLHF.returns_of(core)
+    if source != "advantages":
+        reward = with_kl(_returns_reward(source, rewards, groups, options))
+        returns = cumulative_returns(reward, mask)
 
     # OpenRLHF's own per-sample info, as tensors.
-    info = {
-        "group_reward_std": groups.flat(groups.rows(rewards).std(-1, keepdim=True).expand(-1, n)),
-        "return": reward.sum(-1),
-    }
+    info = {"return": reward.sum(-1)}
+    if n > 1:  # as OpenRLHF: no group std of one sample
+        std = groups.rows(rewards).std(-1, keepdim=True)
+        info["group_reward_std"] = groups.flat(std.expand(-1, n))
     metrics = sample_metrics(result, solved_reward=bar)
     metrics.update(ledger_metrics(maker, experiences, result, bar))
     starts = list(itertools.accumulate([0, *sizes[:-1]]))  # each experience's first sample
@@ -194,12 +223,13 @@ def compute_advantages_and_returns(
     # Each experience gets views of batch tensors when Ray ships a view's own elements,
     # else copies: a view pickled by default carries its whole storage through Ray.
     copy = not _ray_ships_views_compactly() if copy_blocks is None else copy_blocks
-    returns_flat = layout.flatten(returns)
+    returns_flat = layout.flatten(returns)  # masked_select: a new tensor
+    advantages_flat = returns_flat.clone() if returns is advantages else layout.flatten(advantages)
     parts = zip(
         experiences,
         starts,
         layout.blocks(returns_flat),
-        layout.blocks(returns_flat.clone()),
+        layout.blocks(advantages_flat),
         *(values.split(sizes) for values in info.values()),
         strict=True,
     )
@@ -255,6 +285,21 @@ def _drop_skipped_rows(
     for experience, end, size, width, count in parts:
         if count:
             experience.action_mask = zeroed[end - size : end, :width].clone()
+
+
+def _returns_reward(source: str, rewards: Any, groups: Any, options: dict[str, Any]) -> Any:
+    """The sequence reward OpenRLHF's returns are made of, where they are not the
+    advantages: the reward itself, or another estimator's advantages (``r - mean`` for
+    reinforce_baseline), NaN rewards (``nan_policy="omit"``) as 0."""
+    import torch
+
+    if source == "reward":
+        return torch.nan_to_num(rewards, nan=0.0)
+    keep: dict[str, Any] = {
+        k: options[k] for k in ("tie_rtol", "tie_atol", "nan_policy") if k in options
+    }
+    result = compute_advantages(rewards, source, groups=groups, **OPENRLHF.settings(source, keep))
+    return result.advantages.to(rewards.dtype)
 
 
 def _inputs(name: str, core: str, experiences: list[Any], rewards: Any) -> dict[str, Any]:

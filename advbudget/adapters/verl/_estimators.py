@@ -32,11 +32,13 @@ line, e.g. ``+algorithm.advbudget.budget=0.5``):
   group std only when it is True; False gives Dr.GRPO's ``r - mean``, as verl's ``grpo``.
 
 Conventions: estimators verl also has (``grpo``, ``rloo``, ...) keep verl's (a group of one
-is scored against mean 0 and std 1, exact ties, eps 1e-6); the others the core's (a group
-of one, or with rewards within 1e-6, is skipped). Rows whose response mask is all zero
-still count in their group, as in verl. Extra inputs: ``response_lengths`` is the response
-mask's row sum; any other input is taken from what verl passes by that name
-(``reward_baselines``).
+is scored against mean 0 and std 1, exact ties, eps 1e-6; ``grpo_passk`` raises ValueError
+on a group of one, as verl's; ``remax`` and ``reinforce`` (verl's ``reinforce_plus_plus`` at
+``gamma`` 1) return the reward-to-go as their returns, as verl's);
+the others the core's (a group of one, or with rewards within 1e-6, is skipped). Rows whose
+response mask is all zero still count in their group, as in verl. Extra inputs:
+``response_lengths`` is the response mask's row sum; any other input is taken from what
+verl passes by that name (``reward_baselines``; missing, a TypeError as verl's own remax).
 """
 
 from __future__ import annotations
@@ -96,13 +98,20 @@ def core_settings(name: str, config: Any) -> tuple[str, dict[str, Any]]:
     return core, VERL.settings(core, overrides)
 
 
-def _inputs(spec: EstimatorSpec, response_mask: Any, extra: dict[str, Any]) -> dict[str, Any]:
+def _inputs(
+    name: str, spec: EstimatorSpec, response_mask: Any, extra: dict[str, Any]
+) -> dict[str, Any]:
     out = {}
     for declared in spec.inputs:
         if declared.name == "response_lengths":
             out[declared.name] = response_mask.sum(-1)
         elif extra.get(declared.name) is not None:
             out[declared.name] = extra[declared.name]
+        elif declared.required:  # verl's own function misses an argument: a TypeError too
+            raise TypeError(
+                f"{declared.name}: {name} expected one value per response in verl's batch "
+                f"({declared.doc}), got none"
+            )
     return out
 
 
@@ -143,7 +152,7 @@ def compute_result(
     spec = get_spec(core)
     if response_mask is None and any(i.name == "response_lengths" for i in spec.inputs):
         raise ValueError(f"response_mask: {name} needs the response mask [B, L], got None")
-    inputs = _inputs(spec, response_mask, extra)
+    inputs = _inputs(name, spec, response_mask, extra)
     scores = token_level_rewards.sum(-1)
     return compute_advantages(scores, core, group_ids=index, **settings, **inputs)
 
@@ -171,7 +180,9 @@ def _make(name: str) -> VerlEstimator:
             name, token_level_rewards, index, config, response_mask=response_mask, **kwargs
         )
         advantages = token_advantages(result.advantages, response_mask)
-        return advantages, advantages
+        return advantages, _returns(
+            result.estimator, token_level_rewards, response_mask, advantages
+        )
 
     spec = get_spec(VERL.core_name(name))
     estimator.__name__ = estimator.__qualname__ = f"compute_{name}_advantage"
@@ -184,9 +195,22 @@ def _make(name: str) -> VerlEstimator:
         "    config: verl's ``config.algorithm`` (options: ``advbudget.<option>``).\n"
         "    **kwargs: anything else verl passes (``reward_baselines``, ...).\n\n"
         "Returns:\n"
-        "    ``(advantages, returns)``, both the same ``[B, L]`` tensor.\n"
+        "    ``(advantages, returns)``, ``[B, L]``: the same tensor, except where verl's own\n"
+        "    estimator returns the reward-to-go (remax, reinforce_plus_plus).\n"
     )
     return estimator
+
+
+def _returns(core: str, token_level_rewards: Any, response_mask: Any, advantages: Any) -> Any:
+    """verl's returns for ``core`` (the conventions' ``returns``): the advantages, except
+    where verl's own estimator returns the reward-to-go of the reward (``remax``,
+    ``reinforce_plus_plus`` at gamma 1), computed as verl does."""
+    source = VERL.returns_of(core)
+    if source == "advantages":
+        return advantages
+    if source != "reward":
+        raise NotImplementedError(f"returns: verl's row names {source!r} for {core}")
+    return (token_level_rewards * response_mask).flip(dims=[-1]).cumsum(dim=-1).flip(dims=[-1])
 
 
 def register_estimators() -> list[str]:

@@ -1,16 +1,19 @@
-"""Parity of the catalogue's verl estimators with verl's own functions (verl 0.9.1).
+"""Parity of every verl mirror (the verl row's ``own_names``) with verl 0.9.1's own
+estimator, both called through verl's ``ray_trainer.compute_advantage`` on a real
+``DataProto``: advantages and returns on every token, and the same kind of error where
+verl raises.
 
-Each case calls the installed ``verl.trainer.ppo.core_algos`` function on token-level
-rewards (the score on the last valid token), a response mask and shuffled uids, and
-compares its per-token advantages with ours, computed by the core with verl's conventions
-(``VERL.settings``) and broadcast with ``token_advantages``. Groups of 1..16, ties,
-binary and graded rewards, float32 and float64.
+Batches: shuffled uuid uids, groups of 1..16 (every other seed has a group of one and an
+all-zero response mask row), every third group constant (ties), binary and graded rewards,
+float32 and float64. A mirror added to the row without a case here fails
+``test_every_mirror_has_a_case`` (and its parity test).
 """
 
 from __future__ import annotations
 
 import uuid
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -22,10 +25,14 @@ import torch  # noqa: E402
 
 with warnings.catch_warnings():  # verl's imports warn (ray, optional engines)
     warnings.simplefilter("ignore")
+    from verl import DataProto
     from verl.trainer.ppo import core_algos
+    from verl.trainer.ppo.ray_trainer import compute_advantage
 
+import advbudget.adapters.verl  # noqa: E402, F401  (registers the advbudget_* names)
 from advbudget import compute_advantages, token_advantages  # noqa: E402
 from advbudget.core import get_convention  # noqa: E402
+from advbudget.testing.verl import algorithm_config  # noqa: E402
 
 from .conftest import VERL_WARNINGS  # noqa: E402
 
@@ -34,124 +41,215 @@ VERL = get_convention("verl")
 TOL = {torch.float32: 3e-5, torch.float64: 1e-10}
 
 
-def _batch(seed: int, dtype: torch.dtype, *, min_size: int = 1, graded: bool, length: int = 9):
+@dataclass(frozen=True)
+class Case:
+    """verl's estimator ``verl_name`` (with ``norm_adv_by_std_in_grpo=norm``) against our
+    ``ours`` (default ``advbudget_<core name>``) under the same config."""
+
+    verl_name: str
+    norm: bool = True
+    ours: str = ""
+
+
+CASES: dict[str, tuple[Case, ...]] = {
+    "grpo": (Case("grpo"),),
+    # verl's Dr.GRPO switch reaches ours by either name
+    "dr": (Case("grpo", norm=False), Case("grpo", norm=False, ours="advbudget_grpo")),
+    "rloo": (Case("rloo"),),
+    "opo": (Case("opo"),),
+    "grpo_passk": (Case("grpo_passk"), Case("grpo_passk", norm=False)),
+    "gpg": (Case("gpg"),),
+    "reinforce_plus_plus_baseline": (Case("reinforce_plus_plus_baseline"),),
+    "remax": (Case("remax"),),
+    "reinforce": (Case("reinforce_plus_plus"),),
+}
+
+
+def test_every_mirror_has_a_case() -> None:
+    assert sorted(CASES) == sorted(VERL.own_names)
+    for core, cases in CASES.items():
+        for case in cases:  # the row's prose starts with verl's name
+            assert VERL.own_names[core].split()[0] == case.verl_name
+
+
+def make_batch(
+    seed: int, dtype: torch.dtype, *, graded: bool, baselines: bool = False, length: int = 9
+) -> Any:
+    """A ``DataProto`` as verl's trainer builds it; even seeds have a group of one and a
+    response with an all-zero mask (its reward still in ``token_level_rewards``);
+    ``reward_baselines`` as verl's trainer adds them for its remax."""
     rng = np.random.default_rng(seed)
-    sizes = rng.integers(min_size, 17, size=rng.integers(1, 9))
+    sizes = rng.integers(1 if seed % 2 == 0 else 2, 17, size=rng.integers(2, 9))
+    if seed % 2 == 0:
+        sizes[rng.integers(len(sizes))] = 1
     names = [str(uuid.UUID(int=int(rng.integers(1, 2**62)))) for _ in sizes]  # verl's uuid4s
     uids = np.array([names[g] for g, s in enumerate(sizes) for _ in range(s)], dtype=object)
     n = len(uids)
-    if graded:  # graded rewards with repeats (ties at the top too)
+    if graded:  # repeated values (ties at the top too) and continuous ones
         scores = rng.choice([-1.0, 0.0, 0.25, 0.5, 1.0, 2.0], size=n)
         scores = np.where(rng.random(n) < 0.3, rng.normal(size=n), scores)
     else:
         scores = rng.integers(0, 2, n).astype(np.float64)
-    start = 0
-    for g, size in enumerate(sizes):  # every third group constant
-        if g % 3 == 2:
-            scores[start : start + size] = scores[start]
-        start += size
+    unique_best = False
+    for g, (start, size) in enumerate(zip(np.cumsum([0, *sizes[:-1]]), sizes, strict=True)):
+        group = slice(start, start + size)
+        if g % 3 == 2:  # constant, at a value whose float32 mean is exact (see below)
+            scores[group] = rng.choice([0.0, 1.0] if not graded else [-1.0, 0.5, 2.0])
+        elif size > 1 and not unique_best:  # one best rollout: pass@k's gain is not 0
+            if graded:
+                scores[start] = scores[group].max() + 1.0
+            else:
+                scores[group], scores[start] = 0.0, 1.0
+            unique_best = True
     lengths = rng.integers(1, length + 1, n)
-    mask = (np.arange(length)[None, :] < lengths[:, None]).astype(np.float64)
+    mask = (np.arange(length)[None, :] < lengths[:, None]).astype(np.int64)
+    if seed % 2 == 0:
+        mask[rng.integers(n)] = 0
     token_rewards = np.zeros((n, length))
     token_rewards[np.arange(n), lengths - 1] = scores
     order = rng.permutation(n)
-    return {
+    tensors = {
         "token_level_rewards": torch.tensor(token_rewards[order], dtype=dtype),
-        "response_mask": torch.tensor(mask[order], dtype=dtype),
-        "index": uids[order],
-        "baselines": torch.tensor(rng.normal(size=n)[order], dtype=dtype),
+        "response_mask": torch.from_numpy(mask[order]),
     }
+    if baselines:
+        tensors["reward_baselines"] = torch.tensor(rng.normal(size=n)[order], dtype=dtype)
+    return DataProto.from_dict(tensors=tensors, non_tensors={"uid": uids[order]})
 
 
-def ours(name: str, b: dict[str, Any], **overrides: Any) -> torch.Tensor:
-    scores = b["token_level_rewards"].sum(-1)
-    inputs: dict[str, Any] = {}
-    if name in ("opo", "reinforce_plus_plus_baseline"):
-        inputs["response_lengths"] = b["response_mask"].sum(-1)
-    if name == "remax":
-        inputs["reward_baselines"] = b["baselines"]
-    settings = VERL.settings(name, overrides)
-    res = compute_advantages(scores, name, group_ids=list(b["index"]), **settings, **inputs)
-    return token_advantages(res.advantages, b["response_mask"])
+def run(
+    estimator: str, batch: Any, norm: bool, gamma: float = 1.0, **options: Any
+) -> tuple[Any, BaseException | None]:
+    """``compute_advantage``'s (advantages, returns), or the error it raised."""
+    copy = DataProto.from_dict(
+        tensors={k: v.clone() for k, v in batch.batch.items()},
+        non_tensors={k: v.copy() for k, v in batch.non_tensor_batch.items()},
+    )
+    config = algorithm_config(estimator, norm_adv_by_std_in_grpo=norm, **options)
+    config.gamma = gamma
+    try:
+        out = compute_advantage(
+            copy, adv_estimator=estimator, norm_adv_by_std_in_grpo=norm, config=config
+        )
+    except Exception as error:  # compared with the other side's below
+        return None, error
+    return (out.batch["advantages"], out.batch["returns"]), None
 
 
-def theirs(name: str, b: dict[str, Any], **kwargs: Any) -> torch.Tensor:
-    fn = core_algos.get_adv_estimator_fn(name)
-    common = {"token_level_rewards": b["token_level_rewards"], "response_mask": b["response_mask"]}
-    if name == "remax":
-        return fn(**common, reward_baselines=b["baselines"], config=None)[0]
-    return fn(**common, index=b["index"], **kwargs)[0]
+def check(mine: torch.Tensor, theirs: torch.Tensor, tol: float) -> None:
+    assert mine.shape == theirs.shape
+    assert mine.dtype == theirs.dtype
+    diff = float((mine.double() - theirs.double()).abs().max())
+    scale = max(1.0, float(theirs.double().abs().max()))
+    assert diff <= tol * scale, f"max abs difference {diff}"
 
 
-def check(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype, tol: float | None = None) -> float:
-    assert a.shape == b.shape
-    diff = float((a.double() - b.double()).abs().max())
-    scale = max(1.0, float(b.double().abs().max()))
-    assert diff <= (tol or TOL[dtype]) * scale, f"max abs difference {diff}"
-    return diff
+# verl rounds to float32 inside whatever the rewards' dtype: gpg's alpha = bsz /
+# count_nonzero, grpo's std of a group of one (1 + eps), the token counts of the masked
+# whitening (an int mask + 1e-8). float64 agrees to float32 rounding of these only.
+FLOAT32_INSIDE = ("gpg", "grpo", "reinforce_plus_plus_baseline", "reinforce")
 
 
-DTYPES = [torch.float32, torch.float64]
-SEEDS = range(6)
+def _tol(core: str, dtype: torch.dtype) -> float:
+    return 1e-7 if core in FLOAT32_INSIDE and dtype == torch.float64 else TOL[dtype]
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("graded", [False, True])
-@pytest.mark.parametrize("name", ["opo", "gpg", "reinforce_plus_plus_baseline", "remax"])
-def test_parity(name: str, graded: bool, seed: int, dtype: torch.dtype) -> None:
-    b = _batch(seed, dtype, graded=graded)
-    check(ours(name, b), theirs(name, b, config=None), dtype, _tol(name, dtype))
+@pytest.mark.parametrize("core", sorted(VERL.own_names))
+def test_mirror(core: str, graded: bool, seed: int, dtype: torch.dtype) -> None:
+    batch = make_batch(seed, dtype, graded=graded, baselines=core == "remax")
+    for case in CASES[core]:
+        theirs, their_error = run(case.verl_name, batch, case.norm)
+        ours, our_error = run(case.ours or f"advbudget_{core}", batch, case.norm)
+        if their_error is not None:  # the same kind of error, naming the group size
+            assert type(our_error) is type(their_error), (their_error, our_error)
+            assert "1 rollout" in str(our_error)
+            continue
+        assert our_error is None, our_error
+        assert theirs is not None
+        assert ours is not None
+        check(ours[0], theirs[0], _tol(core, dtype))  # advantages
+        check(ours[1], theirs[1], _tol(core, dtype))  # returns
+        assert float(theirs[0].abs().max()) > 0  # not a comparison of zeros
 
 
-def _tol(name: str, dtype: torch.dtype) -> float:
-    # verl's gpg computes alpha = bsz / count_nonzero as a float32 tensor whatever the
-    # rewards' dtype: float64 agrees to float32 rounding of alpha only.
-    return 1e-7 if name == "gpg" and dtype == torch.float64 else TOL[dtype]
+def test_an_inexact_constant_group_is_a_tie_for_us_noise_for_verl() -> None:
+    """The one difference on purpose (docs/guides/verl.md): eight float32 rewards of -0.6779
+    have a float32 mean that is not exactly -0.6779, so verl's grpo divides rounding
+    noise by std + eps (about -0.056 for every rollout); the core sees the tie: 0."""
+    rewards = torch.zeros(8, 3)
+    rewards[:, -1] = torch.tensor(-0.6778861880302429)
+    batch = DataProto.from_dict(
+        tensors={"token_level_rewards": rewards, "response_mask": torch.ones(8, 3, dtype=int)},
+        non_tensors={"uid": np.array(["a"] * 8, dtype=object)},
+    )
+    (theirs, _), _ = run("grpo", batch, True)
+    (ours, _), _ = run("advbudget_grpo", batch, True)
+    assert float(theirs.max()) < -0.05
+    assert float(ours.abs().max()) == 0.0
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("seed", SEEDS)
-def test_gpg_f_norm(seed: int, dtype: torch.dtype) -> None:
-    b = _batch(seed, dtype, graded=True)
-    mine = ours("gpg", b, f_norm=2.5)
-    check(mine, theirs("gpg", b, f_norm=2.5, config=None), dtype, _tol("gpg", dtype))
+def test_a_group_of_one_is_refused_where_verl_refuses() -> None:
+    """verl's grpo_passk raises on a group of one (its mirror too); its other mirrors
+    score it (raw reward against mean 0, std 1)."""
+    batch = make_batch(0, torch.float64, graded=True, baselines=True)
+    refusing = {core for core in VERL.own_names if run(CASES[core][0].verl_name, batch, True)[1]}
+    assert refusing == set(VERL.singletons_refused) == {"grpo_passk"}
+    _, error = run("advbudget_grpo_passk", batch, True)
+    assert isinstance(error, ValueError)
+    assert str(error).startswith("group_ids: grpo_passk expected at least 2 rollouts")
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("graded", [False, True])
-@pytest.mark.parametrize("norm", [True, False])
-def test_grpo_passk(norm: bool, graded: bool, seed: int, dtype: torch.dtype) -> None:
-    b = _batch(seed, dtype, min_size=2, graded=graded)  # verl raises on a group of one
-    mine = ours("grpo_passk", b, norm_adv_by_std=norm)
-    check(mine, theirs("grpo_passk", b, config={"norm_adv_by_std_in_grpo": norm}), dtype)
+def test_a_missing_input_is_a_type_error_as_in_verl() -> None:
+    """verl's trainer adds reward_baselines for its own remax only: without them verl's
+    remax misses an argument (TypeError), and ours says which."""
+    batch = make_batch(1, torch.float64, graded=True)
+    _, their_error = run("remax", batch, True)
+    _, our_error = run("advbudget_remax", batch, True)
+    assert isinstance(their_error, TypeError)
+    assert isinstance(our_error, TypeError)
+    assert str(our_error).startswith("reward_baselines: advbudget_remax expected one value")
 
 
-def test_grpo_passk_raises_on_a_group_of_one_where_we_skip() -> None:
-    b = _batch(0, torch.float64, graded=True)
-    b["index"][0] = "alone"
-    with pytest.raises(ValueError, match="at least 2 samples"):
-        theirs("grpo_passk", b, config={})
-    alone = ours("grpo_passk", b)
-    assert float(alone[0].abs().sum()) == 0.0
+def test_reinforce_mirrors_reinforce_plus_plus_at_gamma_one_only() -> None:
+    """verl's reinforce_plus_plus discounts the per-token returns by algorithm.gamma; an
+    outcome advantage has no per-token discount, so ours is verl's at gamma 1 (verl's
+    default) only: at 0.9 the two differ (docs/guides/verl.md)."""
+    batch = make_batch(1, torch.float64, graded=True)
+    (theirs, _), _ = run("reinforce_plus_plus", batch, True, gamma=0.9)
+    (ours, _), _ = run("advbudget_reinforce", batch, True, gamma=0.9)
+    (ours_at_one, _), _ = run("advbudget_reinforce", batch, True)
+    assert torch.equal(ours, ours_at_one)  # ours ignores gamma
+    assert float((ours - theirs).abs().max()) > 0.01
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("graded", [False, True])
-def test_rloo_and_rloo_vectorized(graded: bool, seed: int, dtype: torch.dtype) -> None:
-    b = _batch(seed, dtype, graded=graded)
-    # verl's rloo keeps a lone rollout's raw reward (singletons="raw", the convention) ...
-    check(ours("rloo", b), theirs("rloo", b, config=None), dtype)
-    # ... rloo_vectorized gives it 0 (singletons="skip").
-    check(ours("rloo", b, singletons="skip"), theirs("rloo_vectorized", b, config=None), dtype)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_gpg_f_norm(dtype: torch.dtype) -> None:
+    """verl's trainer never passes gpg's f_norm; its function takes one: ours from
+    ``+algorithm.advbudget.f_norm`` gives the same numbers."""
+    batch = make_batch(3, dtype, graded=True)
+    (ours, _), error = run("advbudget_gpg", batch, True, f_norm=2.5)
+    assert error is None
+    theirs, _ = core_algos.compute_gpg_outcome_advantage(
+        token_level_rewards=batch.batch["token_level_rewards"],
+        response_mask=batch.batch["response_mask"],
+        index=batch.non_tensor_batch["uid"],
+        f_norm=2.5,
+    )
+    check(ours, theirs, _tol("gpg", dtype))
 
 
-def test_the_two_rloos_differ_only_on_groups_of_one() -> None:
-    b = _batch(3, torch.float64, graded=True)
-    b["index"][0] = "alone"
-    loop, vectorized = theirs("rloo", b, config=None), theirs("rloo_vectorized", b, config=None)
-    assert float((loop[1:] - vectorized[1:]).abs().max()) < 1e-12
-    assert float(vectorized[0].abs().max()) == 0.0
-    assert float(loop[0].abs().max()) > 0.0 or float(b["token_level_rewards"][0].sum()) == 0.0
+def test_rloo_vectorized_is_rloo_without_raw_singletons() -> None:
+    """verl's second RLOO gives a group of one 0 where ``rloo`` keeps its raw reward: the
+    core's rloo with ``singletons="skip"`` (not an adapter name)."""
+    batch = make_batch(2, torch.float64, graded=True)
+    (theirs, _), _ = run("rloo_vectorized", batch, True)
+    scores = batch.batch["token_level_rewards"].sum(-1)
+    settings = {**VERL.settings("rloo"), "singletons": "skip"}
+    index = list(batch.non_tensor_batch["uid"])
+    ours = compute_advantages(scores, "rloo", group_ids=index, **settings).advantages
+    check(token_advantages(ours, batch.batch["response_mask"]), theirs, TOL[torch.float64])
+    (loop, _), _ = run("rloo", batch, True)
+    assert float((loop - theirs).abs().max()) > 0  # the batch has a group of one
