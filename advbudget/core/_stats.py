@@ -33,6 +33,10 @@ class GroupedRewards:
             tie tolerance, which includes groups of one unless ``singletons="raw"``.
         raw_singletons: stats, True for groups of one that are scored against a baseline
             of 0 (``singletons="raw"``, verl's convention); None otherwise.
+        components: for an estimator that takes reward components (its spec declares
+            ``components=True``): one ``GroupedRewards`` per component, in column order, on
+            the same groups, each with its own gaps, counts, NaN rows and skipped groups
+            (ties); ``rewards`` is then the sum of a rollout's components. ``()`` otherwise.
     """
 
     xp: Namespace
@@ -43,6 +47,7 @@ class GroupedRewards:
     count: Array
     skipped: Array
     raw_singletons: Array | None
+    components: tuple[GroupedRewards, ...] = ()
 
     def sum(self, rows: Array) -> Array:
         """Per-group sum of ``rows`` (as stats)."""
@@ -96,7 +101,9 @@ class GroupedRewards:
         ``raw_singletons=True``."""
         if self.raw_singletons is None:
             return advantages
-        return self.xp.where(self.expand(self.raw_singletons), self.rewards / scale, advantages)
+        # A NaN reward beside the lone scored one (nan_policy="omit") stays out: 0, not NaN.
+        raw = self.xp.where(self.expand(self.raw_singletons), self.rewards / scale, advantages)
+        return self.only_present(raw)
 
 
 def group_rewards(
