@@ -205,13 +205,13 @@ def _weights(name: str, value: Any) -> tuple[float, ...] | None:
         "eps": Rule(checks.nonnegative_finite, "added to each component's group std"),
         "std_correction": Rule(
             STD_CORRECTION.check,
-            "1: unbiased group std and batch variance (verl, TRL); 0: biased",
+            "1: unbiased group std and batch variance, as verl and TRL; 0: biased",
         ),
-        "weights": Rule(_weights, "w_k, one per component (None: all 1)"),
+        "weights": Rule(_weights, "w_k, one per component; None: all 1"),
         "var_eps": Rule(
-            checks.nonnegative_finite, "added to the batch variance (verl's masked_whiten)"
+            checks.nonnegative_finite, "added to the batch variance, as verl's masked_whiten"
         ),
-        "std_eps": Rule(checks.nonnegative_finite, "added to the batch std (TRL: 1e-4)"),
+        "std_eps": Rule(checks.nonnegative_finite, "added to the batch std; TRL's is 1e-4"),
     },
     inputs=(TOKEN_WEIGHTS,),
     components=True,
@@ -238,6 +238,15 @@ def gdpo(
     Each component is GRPO-normalised in its group on its own (a component tied in a
     group adds 0 there); the sum is then ``(A − mean) / (sqrt(var + var_eps) + std_eps)``
     over the batch. With one component it is grpo followed by that whitening.
+
+    The frameworks differ in the constants and in what the batch statistics weigh:
+    verl 0.9.1 (``compute_gdpo_outcome_advantage``): eps 1e-6, unbiased stds,
+    ``masked_whiten`` over the response tokens (var + 1e-8), a group of one scored raw,
+    exact ties. TRL 1.16 (``normalize_then_sum``): eps 1e-4, unbiased stds, per rollout
+    (not per token) ``(A − mean) / (std + 1e-4)``, a NaN component left out of its group
+    (``nan_policy="omit"``). NeMo-RL: a leave-one-out baseline per component by default,
+    no division where a group's std is 0, and ``(A − mean) / std`` per rollout, not
+    mirrored here.
     """
     xp = g.xp
     if not g.components:
