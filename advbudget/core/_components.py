@@ -28,8 +28,12 @@ def reward_columns(rewards: Any, estimator: str) -> tuple[list[Array], list[str]
             f"rewards: the {estimator} estimator takes reward components, [N, K] (one column "
             f"per component) or a mapping name -> [N], got shape {tuple(matrix.shape)}"
         )
-    count = int(matrix.shape[1])
-    return [matrix[:, k] for k in range(count)], [f"rewards[:, {k}]" for k in range(count)], xp
+    n, count = (int(size) for size in matrix.shape)
+    # One copy, component-major: each column contiguous (a strided column costs the
+    # group reductions after it ~1.5x on numpy and torch).
+    flat = xp.reshape(xp.permute_dims(matrix, (1, 0)), (-1,))
+    columns = [flat[k * n : (k + 1) * n] for k in range(count)]
+    return columns, [f"rewards[:, {k}]" for k in range(count)], xp
 
 
 def has_components(rewards: Any) -> bool:

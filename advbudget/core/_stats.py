@@ -178,15 +178,21 @@ def batch_mean_var(
     weight is at most ``correction`` (a batch of one rollout, or of one token)."""
     xp = g.xp
     rows = g.only_present(rows)  # NaN rewards left out (nan_policy="omit") must not leak
-    ones = xp.ones_like(rows)
-    # Weights may be stats expanded against rows (broadcastable): make them full rows.
-    w = g.only_present(ones if weights is None else weights * ones)
-    total = xp.sum(w)
-    mean = xp.sum(w * rows) / xp.where(total > 0, total, xp.ones_like(total))
-    centred = g.only_present(rows - mean)
+    if weights is None:  # each rollout with a reward weighs 1: no weight rows to multiply
+        total = xp.sum(g.count)
+        mean = xp.sum(rows) / xp.where(total > 0, total, xp.ones_like(total))
+        centred = g.only_present(rows - mean)
+        square = xp.sum(centred * centred)
+    else:
+        # Weights may be stats expanded against rows (broadcastable): make them full rows.
+        w = g.only_present(weights * xp.ones_like(rows))
+        total = xp.sum(w)
+        mean = xp.sum(w * rows) / xp.where(total > 0, total, xp.ones_like(total))
+        centred = g.only_present(rows - mean)
+        square = xp.sum(w * centred * centred)
     dof = total - correction
     ok = dof > 0
-    variance = xp.where(ok, xp.sum(w * centred * centred) / xp.where(ok, dof, 1), 0)
+    variance = xp.where(ok, square / xp.where(ok, dof, 1), 0)
     return mean, variance
 
 

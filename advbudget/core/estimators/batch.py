@@ -259,9 +259,11 @@ def gdpo(
             f"weights: expected one weight per reward component ({len(g.components)}), "
             f"got {len(weights)}: {list(weights)}"
         )
-    total = xp.zeros_like(g.rewards)
+    total = None
     for w, component in zip(weights or [1.0] * len(g.components), g.components, strict=True):
-        total = total + w * group_normalized(component, eps=eps, std_correction=std_correction)
+        term = group_normalized(component, eps=eps, std_correction=std_correction)
+        term = term if w == 1.0 else w * term
+        total = term if total is None else total + term
     mean, variance = batch_mean_var(g, total, weights=response_lengths, correction=std_correction)
     scale = xp.sqrt(variance + var_eps) + std_eps
     positive = scale > 0
