@@ -204,3 +204,19 @@ def test_the_frameworks_constants() -> None:
     )
     assert not get_convention("openrlhf").components
     assert not get_convention("tunix").components
+
+
+def test_jax_jit_takes_the_matrix_and_checks_each_component_when_run() -> None:
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    step = jax.jit(lambda m: compute_advantages(m, "gdpo", group_size=2, **EXACT).advantages)
+    with jax.enable_x64(True):
+        out = step(jnp.asarray(REWARDS))
+        eager = compute_advantages(REWARDS, "gdpo", group_size=2, **EXACT).advantages
+        np.testing.assert_allclose(np.asarray(out), eager, rtol=1e-12)
+        broken = jnp.asarray(REWARDS).at[2, 1].set(jnp.nan)
+        with pytest.raises(
+            (ValueError, jax.errors.JaxRuntimeError),  # as JAX wraps a callback's error
+            match=r"rewards\[:, 1\]: expected finite numbers, got 1 of 4 \(first at index 2\) NaN",
+        ):
+            step(broken).block_until_ready()
