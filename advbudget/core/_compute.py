@@ -274,6 +274,9 @@ def make_groups(
 ) -> Groups:
     """Group the rollouts of ``rewards`` once, to reuse across estimators and metrics.
 
+    ``rewards`` is ``[N]``, or reward components (``[N, K]`` or a mapping name -> ``[N]``)
+    for an estimator that takes them: the groups are then those of the N rollouts.
+
     Grouping by labels costs time (per million rollouts on one CPU core: ~15 ms for
     shuffled int ids in groups of one size, ~30 ms for string uids laid out as verl
     does, each prompt's rollouts adjacent, ~0.5 s for shuffled strings, which are
@@ -301,8 +304,8 @@ def make_groups(
     if isinstance(rewards, Mapping):  # reward components by name: any one has the rollouts
         rewards = next(iter(rewards.values()), [])
     rewards, xp = as_array(rewards, "rewards")
-    if rewards.ndim == 2:  # reward components, [N, K]: one row per rollout
-        rewards = rewards[:, 0] if rewards.shape[1] else rewards[:, :0]
+    if rewards.ndim == 2 and rewards.shape[1]:  # reward components, [N, K]: a row each
+        rewards = rewards[:, 0]
     if rewards.ndim != 1 or rewards.shape[0] == 0:
         raise ValueError(
             "rewards: expected a non-empty 1-D array with one reward per rollout (or [N, K] "
