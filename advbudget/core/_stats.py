@@ -128,21 +128,24 @@ def group_rewards(
     if present is not None:
         present = groups.rows(present)
         present_rows = present if present_rows is None else present_rows & present
+    # The group maximum only decides ties: without them, one reduction less.
     if present_rows is None:
-        low, high = groups.min_max(rows)
+        low, high = groups.min_max(rows) if skip_ties else (groups.min(rows), None)
         count = groups.sizes(rows.dtype)
         gap = rows - groups.expand(low)
     else:
         low = groups.min(xp.where(present_rows, rows, math.inf))
-        high = groups.max(xp.where(present_rows, rows, -math.inf))
+        if skip_ties:
+            high = groups.max(xp.where(present_rows, rows, -math.inf))
         count = groups.sum(xp.astype(present_rows, rows.dtype))
         gap = xp.where(present_rows, rows - groups.expand(low), 0)
-    # Budgeting is scale-invariant, so a rounding-noise gap (0.1 + 0.2 vs 0.3) would
-    # hand one rollout the whole budget: such near-ties count as ties.
-    spread = high - low
-    scale = xp.maximum(xp.abs(high), xp.abs(low))
-    tie = ~(spread > tie_atol + tie_rtol * scale)  # also True with no reward (spread -inf)
-    if not skip_ties:
+    if skip_ties:
+        # Budgeting is scale-invariant, so a rounding-noise gap (0.1 + 0.2 vs 0.3) would
+        # hand one rollout the whole budget: such near-ties count as ties.
+        spread = high - low
+        scale = xp.maximum(xp.abs(high), xp.abs(low))
+        tie = ~(spread > tie_atol + tie_rtol * scale)  # True with no reward (spread -inf)
+    else:
         tie = ~(count > 0)
     raw_singletons = None
     if singletons == "raw":
@@ -204,18 +207,20 @@ def batch_whiten(
     correction: int = 1,
     var_eps: float = 0.0,
     var_floor: float = 0.0,
+    std_eps: float = 0.0,
     std_norm: bool = True,
 ) -> Array:
-    """``(rows - mean) / sqrt(max(var + var_eps, var_floor))`` with the mean and variance
-    of the whole batch (:func:`batch_mean_var`: token-weighted when ``weights`` are the
-    response lengths); only the mean is subtracted when ``std_norm`` is False."""
+    """``(rows - mean) / (sqrt(max(var + var_eps, var_floor)) + std_eps)`` with the mean
+    and variance of the whole batch (:func:`batch_mean_var`: token-weighted when
+    ``weights`` are the response lengths); only the mean is subtracted when ``std_norm``
+    is False. 0 where that denominator is 0."""
     xp = g.xp
     mean, variance = batch_mean_var(g, rows, weights=weights, correction=correction)
     centred = g.only_present(rows - mean)
     if not std_norm:
         return centred
     denominator = variance + var_eps
-    denominator = xp.where(denominator < var_floor, var_floor, denominator)
-    positive = denominator > 0
-    inverse = xp.where(positive, 1 / xp.sqrt(xp.where(positive, denominator, 1)), 0)
+    scale = xp.sqrt(xp.where(denominator < var_floor, var_floor, denominator)) + std_eps
+    positive = scale > 0
+    inverse = xp.where(positive, 1 / xp.where(positive, scale, 1), 0)
     return centred * inverse

@@ -248,7 +248,6 @@ def gdpo(
     no division where a group's std is 0, and ``(A − mean) / std`` per rollout, not
     mirrored here.
     """
-    xp = g.xp
     if not g.components:
         raise ValueError(
             "rewards: the gdpo estimator needs reward components ([N, K]); call it through "
@@ -264,8 +263,11 @@ def gdpo(
         term = group_normalized(component, eps=eps, std_correction=std_correction)
         term = term if w == 1.0 else w * term
         total = term if total is None else total + term
-    mean, variance = batch_mean_var(g, total, weights=response_lengths, correction=std_correction)
-    scale = xp.sqrt(variance + var_eps) + std_eps
-    positive = scale > 0
-    inverse = xp.where(positive, 1 / xp.where(positive, scale, 1), 0)
-    return g.only_present(total - mean) * inverse
+    return batch_whiten(
+        g,
+        total,
+        weights=response_lengths,
+        correction=std_correction,
+        var_eps=var_eps,
+        std_eps=std_eps,
+    )
