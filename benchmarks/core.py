@@ -79,7 +79,6 @@ TARGET_SHUFFLED_VS_CONTIGUOUS = 2.0
 TARGET_LOOP_SPEEDUP = 100.0
 # Issue 21: gdpo with K = 3 components within 1.3x of three single grpo passes.
 TARGET_GDPO_VS_GRPO_PASSES = 1.3
-COMPONENTS = 3
 TARGET_N = 1_048_576
 TARGET_LOOP_N = 65_536
 TORCH_PROBE_SLOW_MS = 1.0  # torch.abs of 65,536 floats takes ~0.01 ms on a healthy pool
