@@ -67,7 +67,9 @@ if importlib.util.find_spec("verl") is not None:
             report_failure(error, what="the verl metrics trainers (trainer.v1.trainer_mode)")
     # verl hands non_tensor_batch (compute_score's extra keys) to its own gdpo only.
     try:
-        install_non_tensor_batch()
+        with warnings.catch_warnings():  # verl's ray_trainer warns on import, as above
+            warnings.simplefilter("ignore")
+            install_non_tensor_batch()
     except Exception as error:
         report_failure(
             error,
