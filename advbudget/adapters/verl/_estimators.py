@@ -134,8 +134,8 @@ def reward_components(name: str, config: Any, non_tensor_batch: Any, like: Any) 
     if not keys:
         raise ValueError(
             f"algorithm.gdpo_reward_keys: {name} needs the keys of the reward components "
-            "(those of the dict compute_score returns, e.g. [format_reward, accuracy_reward]), "
-            f"got {keys!r}"
+            "(those of the dict compute_score returns; on verl's command line "
+            f"+algorithm.gdpo_reward_keys=[format_reward,accuracy_reward]), got {keys!r}"
         )
     available = [] if non_tensor_batch is None else list(non_tensor_batch.keys())
     missing = [key for key in keys if key not in available]
