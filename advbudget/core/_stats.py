@@ -179,6 +179,14 @@ def batch_mean_var(
 ) -> tuple[Array, Array]:
     """Like :func:`batch_mean_std`, but the variance, and 0 (not NaN) when the total
     weight is at most ``correction`` (a batch of one rollout, or of one token)."""
+    mean, _, variance = _batch_moments(g, rows, weights, correction)
+    return mean, variance
+
+
+def _batch_moments(
+    g: GroupedRewards, rows: Array, weights: Array | None, correction: int
+) -> tuple[Array, Array, Array]:
+    """The batch mean, ``rows - mean`` (0 where not present) and the variance."""
     xp = g.xp
     rows = g.only_present(rows)  # NaN rewards left out (nan_policy="omit") must not leak
     if weights is None:  # each rollout with a reward weighs 1: no weight rows to multiply
@@ -196,7 +204,7 @@ def batch_mean_var(
     dof = total - correction
     ok = dof > 0
     variance = xp.where(ok, square / xp.where(ok, dof, 1), 0)
-    return mean, variance
+    return mean, centred, variance
 
 
 def batch_whiten(
@@ -215,8 +223,7 @@ def batch_whiten(
     ``weights`` are the response lengths); only the mean is subtracted when ``std_norm``
     is False. 0 where that denominator is 0."""
     xp = g.xp
-    mean, variance = batch_mean_var(g, rows, weights=weights, correction=correction)
-    centred = g.only_present(rows - mean)
+    _, centred, variance = _batch_moments(g, rows, weights, correction)
     if not std_norm:
         return centred
     denominator = variance + var_eps
