@@ -9,7 +9,9 @@ One run times, for N rollouts in groups of G = 8 and float32 rewards:
   (``method="segment"``) and declared slots (``positions=``, OpenRLHF) beside it;
 - string uids (uuid4, as verl passes them), shuffled and in verl's interleaved layout;
 - the floor: the budget formula hand-written as a native reshape per backend;
-- a per-rollout Python loop in the style of verl's ``grpo`` estimator (torch).
+- a per-rollout Python loop in the style of verl's ``grpo`` estimator (torch);
+- gdpo on K = 3 reward components (``[N, 3]``) against three grpo passes, one per
+  component (its group work), in the same run.
 
 It checks once that all of these agree, then writes ``results/core.json`` and
 ``results/core.md`` and prints the markdown table. Targets are reported, never enforced:
@@ -51,6 +53,7 @@ from _harness import (
 
 from advbudget import (
     budget_advantage,
+    compute_advantages,
     dr_advantage,
     group_normalized_advantage,
     make_groups,
@@ -74,6 +77,8 @@ TARGET_GROUPED_VS_CONTIGUOUS = 6.0
 # Issue 23: shuffled int ids (equal sizes, factorised every call) within 2x of contiguous.
 TARGET_SHUFFLED_VS_CONTIGUOUS = 2.0
 TARGET_LOOP_SPEEDUP = 100.0
+# Issue 21: gdpo with K = 3 components within 1.3x of three single grpo passes.
+TARGET_GDPO_VS_GRPO_PASSES = 1.3
 TARGET_N = 1_048_576
 TARGET_LOOP_N = 65_536
 TORCH_PROBE_SLOW_MS = 1.0  # torch.abs of 65,536 floats takes ~0.01 ms on a healthy pool
@@ -95,6 +100,8 @@ P_UIDS_INTERLEAVED = "budget, string uids (interleaved, verl layout)"
 P_GRPO_UIDS = "grpo, string uids (shuffled)"
 P_FLOOR = "floor: hand-written reshape budget"
 P_LOOP = "verl-style Python loop (grpo, string uids)"
+P_GDPO = "gdpo, K = 3 components [N, 3], contiguous"
+P_GRPO_PASSES = "3 x grpo, one per component, contiguous"
 PATH_ORDER = (
     P_FLOOR,
     P_BUDGET,
@@ -112,6 +119,8 @@ PATH_ORDER = (
     P_UIDS_SHUFFLED,
     P_GRPO_UIDS,
     P_LOOP,
+    P_GRPO_PASSES,
+    P_GDPO,
 )
 BACKEND_ORDER = ("numpy", "torch", "jax")
 
@@ -133,6 +142,7 @@ class Batch:
     ids: np.ndarray  # int64 labels of the shuffled layout
     uids_interleaved: np.ndarray  # object array of uuid4 strings, verl's layout
     uids_shuffled: np.ndarray
+    components: np.ndarray  # [N, 3] reward components (gdpo), contiguous groups
 
     @property
     def shuffled_rewards(self) -> np.ndarray:
@@ -154,7 +164,11 @@ def make_batch(n: int, seed: int) -> Batch:
         dtype=object,
     )
     uids = np.repeat(prompt_uids, GROUP_SIZE)
-    return Batch(n, rewards, perm, labels[perm], uids, uids[perm])
+    components = np.stack(  # the rewards, a 0/1 format check, a graded one
+        [rewards, rng.integers(0, 2, n).astype(np.float32), rng.random(n, dtype=np.float32)],
+        axis=1,
+    )
+    return Batch(n, rewards, perm, labels[perm], uids, uids[perm], components)
 
 
 # -- the floor and the Python loop (written without advbudget) --------------------------
@@ -418,6 +432,14 @@ def path_calls(backend: Backend, batch: Batch) -> dict[str, Call]:
         calls[P_GRPO_UIDS] = Call(
             lambda: group_normalized_advantage(shuffled, group_ids=uids_shuffled), "eager"
         )
+    components = backend.rewards(batch.components)
+    columns = [backend.rewards(np.ascontiguousarray(c)) for c in batch.components.T]
+    gdpo = backend.jit(lambda m: compute_advantages(m, "gdpo", group_size=GROUP_SIZE).advantages)
+    passes = backend.jit(
+        lambda cs: [group_normalized_advantage(c, group_size=GROUP_SIZE) for c in cs]
+    )
+    calls[P_GDPO] = Call(lambda: gdpo(components), mode)
+    calls[P_GRPO_PASSES] = Call(lambda: passes(columns), mode)
     if backend.name == "torch" and backend.device == "cpu" and batch.n <= LOOP_MAX_N:
         # No warm-up: nothing to compile or cache, and each call is slow.
         calls[P_LOOP] = Call(lambda: python_loop_grpo(shuffled, uids_shuffled), "eager", warmup=0)
@@ -455,12 +477,16 @@ def check_agreement(backend: Backend, batch: Batch) -> list[str]:
         P_UIDS_INTERLEAVED: floor,
         P_GRPO_UIDS: grpo[perm],
     }
+    # gdpo is the three grpo passes, summed and whitened over the batch (verl's constants).
+    total = np.sum([np.asarray(a, np.float64) for a in calls[P_GRPO_PASSES].run()], axis=0)
+    expected[P_GDPO] = (total - total.mean()) / np.sqrt(total.var(ddof=1) + 1e-8)
     problems = []
     for path, want in expected.items():
         if path not in calls:
             continue
         result = calls[path].run()
         got = np.stack([np.asarray(x) for x in result]) if path == P_ALL else np.asarray(result)
+        got = got.astype(np.float64)
         if got.shape != want.shape or not np.allclose(got, want, atol=AGREE_ATOL):
             worst = float(np.max(np.abs(got - want))) if got.shape == want.shape else math.nan
             problems.append(
@@ -529,6 +555,13 @@ PER_BACKEND_RATIOS = (
         P_CODES,
         P_BUDGET,
         TARGET_GROUPED_VS_CONTIGUOUS,
+        True,
+    ),
+    (
+        "gdpo, K = 3 / three grpo passes",
+        P_GDPO,
+        P_GRPO_PASSES,
+        TARGET_GDPO_VS_GRPO_PASSES,
         True,
     ),
 )

@@ -39,7 +39,6 @@ import gc
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -56,9 +55,7 @@ OVERLONG_BUFFER = 4096  # DAPO's overlong penalty zone (the DAPO baseline)
 LEARNING_RATE = 1e-6
 TOTAL_STEPS = 500
 VALIDATION_EVERY = 50  # with the checkpoints
-BENCHMARKS = "amc23,aime24,aime25,math500"
 EVAL_SAMPLES = 8
-EVAL_TEMPERATURE = 0.7
 
 BASELINES: dict[str, dict[str, Any]] = {  # TRL's GRPOConfig fields for each baseline
     "grpo": {"loss_type": "grpo", "beta": 1e-3, "epsilon": 0.2},
@@ -293,21 +290,15 @@ def build_trainer(args: argparse.Namespace, model: str, data: Path) -> Any:
 
 def eval_command(args: argparse.Namespace, checkpoint: Path) -> list[str]:
     """``advbudget eval`` on the trained model: the paper's benchmarks (or the sample)."""
-    command = [
-        sys.executable, "-c", "from advbudget.cli import main; main()", "eval",
-        "--model", str(checkpoint), "--n", str(args.eval_n), "--k", str(args.eval_n),
-        "--temperature", str(EVAL_TEMPERATURE),
-        "--max-new-tokens", str(args.eval_max_tokens),
-        "--output-dir", str(args.output_dir / "eval"),
-    ]  # fmt: skip
-    if args.smoke:
-        from advbudget.data import sample_path
+    from advbudget.eval import protocol_command
 
-        command += ["--benchmarks", str(sample_path("eval")), "--backend", "transformers",
-                    "--grader", "dapo"]  # fmt: skip
-    else:
-        command += ["--benchmarks", BENCHMARKS, "--backend", "vllm"]
-    return command
+    return protocol_command(
+        checkpoint,
+        args.output_dir / "eval",
+        n=args.eval_n,
+        max_new_tokens=args.eval_max_tokens,
+        smoke=args.smoke,
+    )
 
 
 def dry_run(args: argparse.Namespace) -> None:

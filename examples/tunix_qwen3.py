@@ -46,7 +46,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -63,9 +62,8 @@ LEARNING_RATE = 1e-6
 TOTAL_STEPS = 500
 VALIDATION_EVERY = 50  # with the checkpoints
 TEMPERATURE = 1.0
-BENCHMARKS = "amc23,aime24,aime25,math500"
 EVAL_SAMPLES = 8
-EVAL_TEMPERATURE = 0.7
+EVAL_TEMPERATURE = 0.7  # validation samples as the final evaluation (PAPER_TEMPERATURE)
 
 # tunix's config class and fields for each baseline.
 BASELINES: dict[str, tuple[str, dict[str, Any]]] = {
@@ -259,21 +257,15 @@ def training_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 def eval_command(args: argparse.Namespace, checkpoint: Path) -> list[str]:
     """``advbudget eval`` on the exported model: the paper's benchmarks (or the sample)."""
-    command = [
-        sys.executable, "-c", "from advbudget.cli import main; main()", "eval",
-        "--model", str(checkpoint), "--n", str(args.eval_n), "--k", str(args.eval_n),
-        "--temperature", str(EVAL_TEMPERATURE),
-        "--max-new-tokens", str(args.eval_max_tokens),
-        "--output-dir", str(args.output_dir / "eval"),
-    ]  # fmt: skip
-    if args.smoke:
-        from advbudget.data import sample_path
+    from advbudget.eval import protocol_command
 
-        command += ["--benchmarks", str(sample_path("eval")), "--backend", "transformers",
-                    "--grader", "dapo"]  # fmt: skip
-    else:
-        command += ["--benchmarks", BENCHMARKS, "--backend", "vllm"]
-    return command
+    return protocol_command(
+        checkpoint,
+        args.output_dir / "eval",
+        n=args.eval_n,
+        max_new_tokens=args.eval_max_tokens,
+        smoke=args.smoke,
+    )
 
 
 def dry_run(args: argparse.Namespace) -> None:

@@ -8,6 +8,7 @@ against its reference on every layout and backend; an estimator without one fail
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -20,8 +21,9 @@ from advbudget import get_spec
 
 @dataclass
 class Batch:
-    """A batch as the references see it: float64 rewards, the members of each group (in
-    order of first appearance), extra inputs, and the caller's singleton and tie rules."""
+    """A batch as the references see it: float64 rewards (``[N, K]`` for an estimator of
+    reward components), the members of each group (in order of first appearance), extra
+    inputs, and the caller's singleton and tie rules."""
 
     rewards: np.ndarray
     members: list[np.ndarray]
@@ -201,6 +203,22 @@ def _rloo_normalized(b: Batch, o: dict[str, Any]) -> np.ndarray:
     part = a[in_stats]
     whitened = (a - part.mean()) / (_std(part, o["std_correction"]) + o["eps"])
     return np.where(kept, whitened, 0.0)
+
+
+@reference_of("gdpo")
+def _gdpo(b: Batch, o: dict[str, Any]) -> np.ndarray:
+    # verl's compute_gdpo_outcome_advantage: grpo on each component (rewards [N, K]), the
+    # weighted sum, then masked_whiten over the tokens (TRL: over rollouts, std + 1e-4).
+    count = b.rewards.shape[1]
+    total = np.zeros(len(b.rewards))
+    for k, w in enumerate(o["weights"] or [1.0] * count):
+        total += w * _grpo(dataclasses.replace(b, rewards=b.rewards[:, k]), o)
+    w = b.inputs.get("response_lengths", np.ones(len(total)))
+    mean = float(np.sum(w * total) / np.sum(w))
+    dof = float(np.sum(w)) - o["std_correction"]
+    var = float(np.sum(w * (total - mean) ** 2)) / dof if dof > 0 else 0.0
+    scale = math.sqrt(var + o["var_eps"]) + o["std_eps"]
+    return (total - mean) / scale if scale > 0 else 0 * total
 
 
 # -- a baseline from outside -----------------------------------------------------------------

@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
-import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).parent.parent / "benchmarks" / "core.py"
+from .benchmark_runs import BENCHMARKS, run_benchmark
 
 
 @pytest.mark.slow
@@ -18,10 +14,7 @@ def test_core_benchmark_runs_and_agrees(tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("jax")
     output = tmp_path / "core.json"
-    args = ["--quick", "--sizes", "512", "--repeats", "1", "--output", str(output)]
-    run = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True)
-    assert run.returncode == 0, run.stderr[-2000:]
-    payload = json.loads(output.read_text())
+    payload = run_benchmark("core", output, "--quick", "--sizes", "512", "--repeats", "1")
     paths = {(row["backend"], row["path"]) for row in payload["results"]}
     assert ("torch", "verl-style Python loop (grpo, string uids)") in paths
     assert ("jax", "budget, contiguous") in paths
@@ -32,17 +25,13 @@ def test_core_benchmark_runs_and_agrees(tmp_path):
 
 def test_estimators_benchmark_runs_and_agrees(tmp_path):
     output = tmp_path / "estimators.json"
-    args = ["--sizes", "4096", "--repeats", "1", "--output", str(output)]
-    script = SCRIPT.parent / "estimators.py"
-    run = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True)
-    assert run.returncode == 0, run.stderr[-2000:]
-    payload = json.loads(output.read_text())
+    payload = run_benchmark("estimators", output, "--sizes", "4096", "--repeats", "1")
     assert payload["problems"] == []  # ours and the hand-written floor agree
     assert {r["name"] for r in payload["ratios"]} == {"maxrl / floor", "passk / floor"}
 
 
 def test_report_collects_results(tmp_path):
-    spec = importlib.util.spec_from_file_location("benchmark_report", SCRIPT.parent / "report.py")
+    spec = importlib.util.spec_from_file_location("benchmark_report", BENCHMARKS / "report.py")
     report = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(report)
     (tmp_path / "core.md").write_text("# advbudget core benchmark\n\n| a |\n")

@@ -250,6 +250,9 @@ def test_explain_takes_aliases_and_refuses_estimators_needing_inputs():
     assert refused.exit_code == 2
     assert "Traceback" not in refused.output
     assert "opo needs per-rollout inputs" in " ".join(refused.output.split())
+    components = runner.invoke(app, ["explain", "--estimators", "gdpo", "-G", "4"])
+    assert components.exit_code == 2
+    assert "gdpo takes several rewards per rollout" in " ".join(components.output.split())
 
 
 def test_version_and_a_huge_group_size_are_one_line_answers():

@@ -30,16 +30,18 @@ def test_every_estimator_has_a_reference() -> None:
 
 
 # Estimators defined on part of the rewards only (passk: binary; maxrl: a positive group
-# mean, it warns otherwise: tests/test_maxrl_passk.py), and options the battery sets.
-DOMAIN = {"passk": "binary", "maxrl": "nonnegative"}
+# mean, it warns otherwise: tests/test_maxrl_passk.py; gdpo: reward components, [N, 3]),
+# and options the battery sets.
+DOMAIN = {"passk": "binary", "maxrl": "nonnegative", "gdpo": "components"}
 OPTIONS: dict[str, dict[str, Any]] = {"passk": {"k": 2}}
 
 
 def _batch(
     rng: np.random.Generator, layout: str, domain: str = "any"
 ) -> tuple[np.ndarray, list[str], list[int]]:
-    """Graded rewards with repeats (two values per batch when ``binary``); some groups
-    constant; groups of one unless contiguous."""
+    """Graded rewards with repeats (two values per batch when ``binary``; three columns
+    for ``components``); some groups constant (in one column only too); groups of one
+    unless contiguous."""
     if layout == "contiguous":
         sizes = [int(rng.integers(2, 9))] * int(rng.integers(1, 6))
     else:
@@ -49,14 +51,17 @@ def _batch(
     if domain == "binary":
         rewards = rng.integers(0, 2, size=n) * 2.0 - float(rng.integers(0, 2))
     else:
-        rewards = rng.choice([-1.0, 0.0, 0.0, 0.3, 1.0, 1.0, 2.5], size=n)
-        rewards = rewards + rng.normal(size=n) * (rng.random(n) < 0.3)
+        shape = (n, 3) if domain == "components" else (n,)
+        rewards = rng.choice([-1.0, 0.0, 0.0, 0.3, 1.0, 1.0, 2.5], size=shape)
+        rewards = rewards + rng.normal(size=shape) * (rng.random(shape) < 0.3)
         if domain == "nonnegative":
             rewards = np.abs(rewards)
     start = 0
-    for k, size in enumerate(sizes):  # every third group constant
+    for k, size in enumerate(sizes):  # every third group constant, some in one column
         if k % 3 == 2:
             rewards[start : start + size] = rewards[start]
+        elif k % 3 == 1 and domain == "components":
+            rewards[start : start + size, 0] = rewards[start, 0]
         start += size
     if layout != "contiguous":
         order = rng.permutation(n)

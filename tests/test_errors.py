@@ -32,7 +32,11 @@ def test_nan_and_inf_rewards(xp):
 @pytest.mark.parametrize(
     ("rewards", "message"),
     [
-        ([[1.0, 0.0], [0.0, 1.0]], r"rewards: expected a 1-D array .* got shape \(2, 2\)"),
+        (
+            [[1.0, 0.0], [0.0, 1.0]],
+            r"rewards: the budget estimator takes one reward per rollout, \[N\], got shape "
+            r"\(2, 2\) \(reward components are for gdpo\)",
+        ),
         ([], r"rewards: expected at least one rollout, got an empty array"),
     ],
 )
@@ -46,7 +50,7 @@ def test_scalar_and_complex_rewards():
         budget_advantage(1.0, group_size=1)
     with pytest.raises(TypeError, match=r"rewards: expected real numbers .* complex"):
         budget_advantage(np.array([1j, 0j]), group_size=2)
-    with pytest.raises(TypeError, match=r"rewards: expected an array .* got dict"):
+    with pytest.raises(ValueError, match=r"budget estimator .* a mapping of 1 reward component"):
         budget_advantage({"a": 1}, group_size=1)
 
 

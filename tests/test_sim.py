@@ -156,7 +156,11 @@ def test_zero_learning_rate_changes_nothing():
 
 
 # The built-ins that need no per-rollout input beside the reward (a bandit has no lengths).
-LAB_ESTIMATORS = [spec.name for spec in BUILTINS if not any(i.required for i in spec.inputs)]
+LAB_ESTIMATORS = [
+    spec.name
+    for spec in BUILTINS
+    if not any(i.required for i in spec.inputs) and not spec.components  # gdpo: refused
+]
 
 
 @pytest.mark.parametrize("estimator", LAB_ESTIMATORS)
@@ -318,3 +322,5 @@ def test_estimators_needing_inputs_are_refused_by_name():
     )
     with pytest.raises(ValueError, match=r"needs_lengths needs per-rollout inputs \(lengths\)"):
         RunConfig(estimator="needs_lengths")
+    with pytest.raises(ValueError, match=r"^estimator: gdpo takes several rewards per rollout"):
+        RunConfig(estimator="gdpo")

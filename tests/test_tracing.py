@@ -165,14 +165,26 @@ def _inputs_for(name: str, xp: Any) -> dict[str, Any]:
     return {k: xp.asarray(v) for k, v in out.items() if k in declared}
 
 
+# gdpo's reward components: the rewards and the rewards of another rollout (NaN elsewhere).
+OTHER = np.array([5, 0, 11, 3, 8, 1, 10, 2, 7, 4, 6, 9])
+
+
 def _in_domain(name: str, xp: Any, rewards: Any) -> tuple[Any, dict[str, Any]]:
     """The rewards (NaN kept) and options an estimator defined on part of the rewards
-    takes: passk binary ones (k <= G), maxrl a positive group mean (it warns otherwise)."""
+    takes: passk binary ones (k <= G), maxrl a positive group mean (it warns otherwise),
+    gdpo reward components (two: the rewards and those of another rollout)."""
     if name == "passk":
         return xp.where(rewards > 0.5, 1.0, xp.where(rewards <= 0.5, 0.0, rewards)), {"k": 2}
     if name == "maxrl":
         return xp.abs(rewards), {}
+    if get_spec(name).components:
+        return {"first": rewards, "second": rewards[xp.asarray(OTHER)]}, {}
     return rewards, {}
+
+
+def _unscorable(name: str, rewards: Any) -> np.ndarray:
+    nan = np.isnan(np.asarray(rewards))
+    return nan & nan[OTHER] if get_spec(name).components else nan
 
 
 def _every_estimator(xp: Any, rewards: Any, nan_policy: str) -> dict[str, tuple[Any, Any, Any]]:
@@ -215,8 +227,7 @@ def test_jit_omits_nan_rewards_exactly_as_eager(jitted_omit, rewards):  # type: 
     _assert_same(traced, eager, tol=1e-12)
     for name in ALL:  # the omitted rollouts: advantage 0, not valid
         advantages, valid, _ = traced[name]
-        nan = np.isnan(rewards)
-        assert not np.asarray(valid)[nan].any(), name
+        assert not np.asarray(valid)[_unscorable(name, rewards)].any(), name
         assert not np.isnan(np.asarray(advantages)).any(), name
 
 

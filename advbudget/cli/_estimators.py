@@ -15,8 +15,9 @@ def parse_estimators(
 ) -> tuple[str, ...]:
     """The names of ``text`` (comma-separated; names and aliases of the catalogue, plugins
     included). Unknown names, an empty list and, when ``rewards_only`` (why the command
-    needs it) is given, estimators that need per-rollout inputs beside the reward fail
-    with typer's usage error naming ``option`` and the offending names."""
+    needs it) is given, estimators that need per-rollout inputs beside the reward or
+    several rewards per rollout (gdpo) fail with typer's usage error naming ``option``
+    and the offending names."""
     names = tuple(name.strip() for name in text.split(",") if name.strip())
     unknown = [name for name in names if name not in all_names()]
     if unknown or not names:
@@ -26,6 +27,11 @@ def parse_estimators(
         )
     if rewards_only is not None:
         for name in names:
+            if get_spec(name).components:
+                raise typer.BadParameter(
+                    f"{name} takes several rewards per rollout (reward components); {rewards_only}",
+                    param_hint=option,
+                )
             needs = [i.name for i in get_spec(name).inputs if i.required]
             if needs:
                 raise typer.BadParameter(

@@ -48,6 +48,10 @@ def _frameworks(spec: EstimatorSpec) -> str:
         )
         own = convention.own_names.get(spec.name)
         mirror = f" (mirrors {convention.framework}'s {own})" if own else ""
+        if spec.components and not convention.components:
+            mirror = " refused (one reward per rollout there)"
+        elif spec.components:
+            mirror += f"; its components: {convention.components}"
         parts.append(f"{convention.framework}: {names}{mirror}")
     return "; ".join(parts)
 
@@ -88,6 +92,12 @@ def estimators_markdown() -> str:
         lines.append(f"- **from**: {spec.reference}")
         if spec.aliases:
             lines.append(f"- **aliases**: {', '.join(_code(a) for a in spec.aliases)}")
+        if spec.components:
+            lines.append(
+                "- **rewards**: reward components, `[N, K]` (one column per component) or a "
+                'mapping name -> `[N]` (`{"format": ..., "accuracy": ...}`); each is checked '
+                "and grouped on its own"
+            )
         lines.append(f"- **options**: {_options(spec)}")
         inputs = ", ".join(f"`{i.name}=` ({i.doc})" for i in spec.inputs) or "none"
         lines.append(f"- **extra inputs**: {inputs}")

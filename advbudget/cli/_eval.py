@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..eval._benchmarks import BENCHMARKS
+from ..eval._protocol import PAPER_BENCHMARKS, PAPER_TEMPERATURE
 from ..eval._run import (
     GENERATIONS,
     GRADERS,
@@ -29,8 +30,6 @@ from ._hints import hub_unreachable, missing_dependency, not_cached
 from ._preflight import check_input_file, check_output_dir
 from ._tables import fit_width
 
-DEFAULT_BENCHMARKS = "amc23,aime24,aime25,math500"
-
 
 @cli_errors
 def eval_command(
@@ -40,12 +39,12 @@ def eval_command(
     benchmarks: Annotated[
         str,
         typer.Option(help="Comma-separated names (amc23, aime24, aime25, math500) or JSONL paths."),
-    ] = DEFAULT_BENCHMARKS,
+    ] = PAPER_BENCHMARKS,
     n: Annotated[int, typer.Option("--n", min=1, help="Samples per problem.")] = 8,
     k: Annotated[
         list[int] | None, typer.Option("--k", help="pass@k to report (repeatable; default n).")
     ] = None,
-    temperature: Annotated[float, typer.Option(min=0.0)] = 0.7,
+    temperature: Annotated[float, typer.Option(min=0.0)] = PAPER_TEMPERATURE,
     max_new_tokens: Annotated[int, typer.Option(min=1)] = 8192,
     grader: Annotated[str, typer.Option(help=f"One of {', '.join(GRADERS)}.")] = "math_verify",
     backend: Annotated[str, typer.Option(help="auto, vllm or transformers.")] = "auto",

@@ -8,20 +8,23 @@ the catalogue (``estimators/``: each function beside its spec) -> ``AdvantageRes
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import sys
 import warnings
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import numpy as np
 
 from .. import checks
 from ._arrays import Array, as_array, backend, compute_dtype, device_of, is_traced
+from ._components import has_components, reward_columns
 from ._groups import Contiguous, GroupMethod, Groups
 from ._labels import build_groups
 from ._result import AdvantageResult
 from ._stats import GroupedRewards, Singletons, group_rewards
-from .estimators import Estimator, EstimatorSpec, as_spec
+from .estimators import Estimator, EstimatorSpec, as_spec, estimator_specs
 
 NanPolicy = Literal["raise", "omit"]
 
@@ -47,6 +50,10 @@ def compute_advantages(
 
     Args:
         rewards: ``[N]`` one scalar reward per rollout; any Array API array or a list.
+            An estimator that takes reward components (``"gdpo"``) takes ``[N, K]``
+            instead, one column per component, or a mapping name -> ``[N]``
+            (``{"format": ..., "accuracy": ...}``); each component is checked (NaN,
+            ``nan_policy``) and grouped on its own.
         estimator: a name from the catalogue (``"budget"``, ``"grpo"``, ``"dr"``,
             ``"rloo"``, ... or an alias: ``"reward_budget"``, ``"group_norm"``,
             ``"dr_grpo"``; all listed by :func:`estimator_names` and in the docs'
@@ -59,6 +66,9 @@ def compute_advantages(
             rollouts) are left out of their group's statistics and get advantage 0 and
             ``valid`` False. Infinite rewards always raise. The same inside ``jax.jit``
             and ``torch.compile``: the errors are raised when the compiled function runs.
+            With reward components, "omit" leaves a NaN component out of that
+            component's group statistics only (the rollout keeps its other components);
+            a rollout whose every component is NaN is unscorable, as above.
         tie_rtol, tie_atol: a group whose reward spread is at most
             ``tie_atol + tie_rtol * max(|max|, |min|)`` has no reward gap and is skipped
             (default 1e-6: float32 rounding noise is a tie). 0 and 0 skip only exact ties.
@@ -87,6 +97,11 @@ def compute_advantages(
         ([True, True, True, True, True, True], 0)
     """
     spec = as_spec(estimator)
+    columns: list[tuple[Array, Array | None]] = []
+    if spec.components:
+        rewards, columns = _components_checked(rewards, spec.name, nan_policy)
+    elif has_components(rewards):
+        raise ValueError(_one_reward_per_rollout(rewards, spec.name))
     given_inputs = {i.name: options.pop(i.name) for i in spec.inputs if i.name in options}
     resolved = spec.resolve_options(options)
     if singletons == "raw" and not spec.raw_singletons:
@@ -111,6 +126,19 @@ def compute_advantages(
         _refuse_groups_of_one(grouped.groups, given, group_ids, spec)
     elif spec.skips == "ties" and singletons == "skip":
         _warn_if_every_group_is_one_rollout(grouped.groups, given, spec)
+    if columns:
+        components = tuple(
+            group_rewards(
+                column,
+                grouped.groups,
+                present=present,
+                tie_rtol=tie_rtol,
+                tie_atol=tie_atol,
+                singletons=singletons,
+            )
+            for column, present in columns
+        )
+        grouped = dataclasses.replace(grouped, components=components)
     inputs = _input_rows(spec, given_inputs, grouped)
     rows = spec.fn(grouped, **resolved, **inputs)
     return AdvantageResult(
@@ -154,6 +182,45 @@ def _refuse_groups_of_one(groups: Groups, given: str, labels: Any, spec: Estimat
         f"{given}: {spec.name} expected at least 2 rollouts in every group (singletons="
         f"'refuse', as the framework's own {spec.name}), got {count} group(s) of 1 rollout, "
         f"the first at rollout {first}{label}"
+    )
+
+
+def _components_checked(
+    rewards: Any, estimator: str, nan_policy: NanPolicy
+) -> tuple[Array, list[tuple[Array, Array | None]]]:
+    """The sum of each rollout's reward components (NaN where every one is NaN) and each
+    component in the compute dtype with its mask of non-NaN values (None: all finite),
+    checked like rewards, each under its own name."""
+    checks.choice("nan_policy", nan_policy, ("raise", "omit"))
+    values, names, xp = reward_columns(rewards, estimator)
+    device = device_of(values[0])
+    dtypes = [compute_dtype(xp, v.dtype, device, n) for v, n in zip(values, names, strict=True)]
+    dtype = max(dtypes, key=lambda d: xp.finfo(d).bits)
+    columns = []
+    for value, name in zip(values, names, strict=True):
+        value = xp.astype(value, dtype) if value.dtype != dtype else value
+        columns.append(_check_finite(xp, value, nan_policy, name))
+    # NaN components count 0 in the sum (TRL's nansum); all NaN: the rollout has none.
+    total = functools.reduce(
+        lambda a, b: a + b, [v if p is None else xp.where(p, v, 0) for v, p in columns]
+    )
+    masks = [p for _, p in columns if p is not None]
+    if len(masks) == len(columns):  # under "omit" (else NaN has raised): any present?
+        total = xp.where(functools.reduce(lambda a, b: a | b, masks), total, xp.nan)
+    return total, columns
+
+
+def _one_reward_per_rollout(rewards: Any, estimator: str) -> str:
+    takers = [s.name for s in estimator_specs() if s.components]
+    if isinstance(rewards, Mapping):
+        given = f"a mapping of {len(rewards)} reward component{'' if len(rewards) == 1 else 's'}"
+    elif hasattr(rewards, "shape"):
+        given = f"shape {tuple(rewards.shape)}"
+    else:
+        given = "a list of rows (several rewards per rollout)"
+    return (
+        f"rewards: the {estimator} estimator takes one reward per rollout, [N], got {given} "
+        f"(reward components are for {', '.join(takers) or 'an estimator that takes them'})"
     )
 
 
@@ -239,6 +306,9 @@ def make_groups(
 ) -> Groups:
     """Group the rollouts of ``rewards`` once, to reuse across estimators and metrics.
 
+    ``rewards`` is ``[N]``, or reward components (``[N, K]`` or a mapping name -> ``[N]``)
+    for an estimator that takes them: the groups are then those of the N rollouts.
+
     Grouping by labels costs time (per million rollouts on one CPU core: ~15 ms for
     shuffled int ids in groups of one size, ~30 ms for string uids laid out as verl
     does, each prompt's rollouts adjacent, ~0.5 s for shuffled strings, which are
@@ -263,11 +333,15 @@ def make_groups(
         >>> make_groups(rewards[:4], group_size=2, positions=[0, 2, 1, 3])
         Permuted(num_rollouts=4, group_size=2)
     """
+    if isinstance(rewards, Mapping):  # reward components by name: any one has the rollouts
+        rewards = next(iter(rewards.values()), [])
     rewards, xp = as_array(rewards, "rewards")
+    if rewards.ndim == 2 and rewards.shape[1]:  # reward components, [N, K]: a row each
+        rewards = rewards[:, 0]
     if rewards.ndim != 1 or rewards.shape[0] == 0:
         raise ValueError(
-            "rewards: expected a non-empty 1-D array with one reward per rollout, "
-            f"got shape {tuple(rewards.shape)}"
+            "rewards: expected a non-empty 1-D array with one reward per rollout (or [N, K] "
+            f"reward components), got shape {tuple(rewards.shape)}"
         )
     return build_groups(
         int(rewards.shape[0]),
@@ -317,7 +391,7 @@ def group_checked(
     dtype = compute_dtype(xp, rewards.dtype, device, "rewards")
     if rewards.dtype != dtype:
         rewards = xp.astype(rewards, dtype)
-    rewards, present = _check_finite(xp, rewards, nan_policy)
+    rewards, present = _check_finite(xp, rewards, nan_policy, "rewards")
 
     if groups is None:
         groups = build_groups(
@@ -344,10 +418,12 @@ def group_checked(
 _OMIT_HINT = "pass nan_policy='omit' to leave unscored rollouts out of their group"
 
 
-def _check_finite(xp: Any, rewards: Array, nan_policy: NanPolicy) -> tuple[Array, Array | None]:
+def _check_finite(
+    xp: Any, rewards: Array, nan_policy: NanPolicy, name: str
+) -> tuple[Array, Array | None]:
     """The rewards, and None if all are finite or the mask of non-NaN ones under "omit"."""
     if is_traced(rewards):
-        return _check_finite_traced(xp, rewards, "rewards", omit_nan=nan_policy == "omit")
+        return _check_finite_traced(xp, rewards, name, omit_nan=nan_policy == "omit")
     # One reduction and one sync in the common case: a finite sum means every reward is
     # finite (a NaN or inf anywhere makes the sum NaN or inf; overflow only sends us to
     # the exact check below).
@@ -359,9 +435,9 @@ def _check_finite(xp: Any, rewards: Array, nan_policy: NanPolicy) -> tuple[Array
     nan = xp.isnan(rewards)
     infinite = ~finite & ~nan
     if bool(xp.any(infinite)):
-        raise ValueError(_not_finite("rewards", f"{_where_true(xp, infinite)} infinite"))
+        raise ValueError(_not_finite(name, f"{_where_true(xp, infinite)} infinite"))
     if nan_policy == "raise":
-        raise ValueError(_not_finite("rewards", f"{_where_true(xp, nan)} NaN", _OMIT_HINT))
+        raise ValueError(_not_finite(name, f"{_where_true(xp, nan)} NaN", _OMIT_HINT))
     return rewards, ~nan
 
 
@@ -384,7 +460,7 @@ def _check_finite_traced(
     only taken when a value is not finite; torch.compile: ``torch._assert_async``).
     Returns the values to go on with (under jax they depend on the check, so that it
     runs) and the mask of non-NaN values when ``omit_nan``, else None."""
-    hint = _OMIT_HINT if name == "rewards" else ""
+    hint = _OMIT_HINT if name.startswith("rewards") else ""
     if backend(xp) == "jax":
         values = _jax_raise_when_run(values, name, omit_nan, hint)
     elif backend(xp) == "torch":

@@ -52,6 +52,9 @@ class Convention:
         kappa_every: κ_eff is logged every this many steps by default (0: off).
         whole_batch: how the adapter hands the core the whole batch (for estimators with
             batch statistics).
+        components: where the adapter finds a rollout's reward components (for
+            estimators that take them, gdpo); "" where the framework keeps one reward per
+            rollout: the adapter refuses those estimators.
     """
 
     framework: str
@@ -67,6 +70,7 @@ class Convention:
     metric_prefix: str = "advbudget/"
     kappa_every: int = 10
     whole_batch: str = ""
+    components: str = ""
 
     def name_of(self, estimator: str) -> str:
         """The framework's name for core estimator (or alias) ``estimator``.
@@ -146,6 +150,25 @@ class Convention:
         spec = as_spec(estimator)
         return self.returns.get(spec.name, "advantages") if self.is_mirror(spec) else "advantages"
 
+    def check_rewards(self, estimator: str | EstimatorSpec | Estimator, name: str) -> None:
+        """Refuse, in one line, an estimator of reward components (gdpo) where the
+        framework keeps one reward per rollout (``components`` empty); ``name`` is the
+        framework's name for it.
+
+        Examples:
+            >>> from advbudget.core import get_convention
+            >>> get_convention("openrlhf").check_rewards("gdpo", "advbudget_gdpo")
+            Traceback (most recent call last):
+            ...
+            ValueError: estimator: advbudget_gdpo takes reward components (several rewards per
+            rollout), which openrlhf does not keep: it gives each rollout one reward
+        """
+        if as_spec(estimator).components and not self.components:
+            raise ValueError(
+                f"estimator: {name} takes reward components (several rewards per rollout), "
+                f"which {self.framework} does not keep: it gives each rollout one reward"
+            )
+
     def option_names(self) -> list[str]:
         """Every option name of the catalogue (one flag or key each in the framework)."""
         seen: dict[str, None] = {}
@@ -170,6 +193,7 @@ VERL = Convention(
             "remax": "remax",
             # an outcome advantage: verl's with algorithm.gamma = 1 (its default)
             "reinforce": "reinforce_plus_plus with gamma 1",
+            "gdpo": "gdpo",
         }
     ),
     options=_frozen(
@@ -183,6 +207,7 @@ VERL = Convention(
                 "var_floor": 0.0,
             },
             "reinforce": {"std_correction": 1, "var_eps": 1e-8, "var_floor": 0.0},
+            "gdpo": {"eps": 1e-6, "std_correction": 1, "var_eps": 1e-8, "std_eps": 0.0},
         }
     ),
     singletons="raw",
@@ -191,6 +216,11 @@ VERL = Convention(
     returns=_frozen({"remax": "reward", "reinforce": "reward"}),
     extra_names=_frozen({"reward_budget": "budget"}),
     whole_batch="verl calls the estimator once on the whole batch, in its TaskRunner",
+    components=(
+        "non_tensor_batch[key] for each key of algorithm.gdpo_reward_keys (the keys of the "
+        "dict compute_score returns, verl's reward_extra_info), weighted by "
+        "algorithm.gdpo_reward_weights, as verl's own gdpo"
+    ),
 )
 
 OPENRLHF = Convention(
@@ -231,6 +261,7 @@ TRL = Convention(
             "rloo": "RLOOTrainer",
             "grpo_batch_std": 'GRPOTrainer scale_rewards="batch"',
             "rloo_normalized": "RLOOTrainer normalize_advantages=True",
+            "gdpo": 'GRPOTrainer multi_objective_aggregation="normalize_then_sum"',
         }
     ),
     options=_frozen(
@@ -238,11 +269,13 @@ TRL = Convention(
             "grpo": {"eps": 1e-4, "std_correction": 1},
             "grpo_batch_std": {"eps": 1e-4, "std_correction": 1},
             "rloo_normalized": {"eps": 1e-4, "std_correction": 1},
+            "gdpo": {"eps": 1e-4, "std_correction": 1, "var_eps": 0.0, "std_eps": 1e-4},
         }
     ),
     prefix="",
     kappa_every=0,
     whole_batch="the rewards gathered from every process (TRL's _calculate_rewards)",
+    components="the rewards of each reward function (reward_funcs), weighted by reward_weights",
 )
 
 # tunix/rl/algo_core.py (0.1.7): grpo is (r - mean) / (std(ddof=1) + 1e-6), rloo and drgrpo

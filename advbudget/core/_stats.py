@@ -33,6 +33,10 @@ class GroupedRewards:
             tie tolerance, which includes groups of one unless ``singletons="raw"``.
         raw_singletons: stats, True for groups of one that are scored against a baseline
             of 0 (``singletons="raw"``, verl's convention); None otherwise.
+        components: for an estimator that takes reward components (its spec declares
+            ``components=True``): one ``GroupedRewards`` per component, in column order, on
+            the same groups, each with its own gaps, counts, NaN rows and skipped groups
+            (ties); ``rewards`` is then the sum of a rollout's components. ``()`` otherwise.
     """
 
     xp: Namespace
@@ -43,6 +47,7 @@ class GroupedRewards:
     count: Array
     skipped: Array
     raw_singletons: Array | None
+    components: tuple[GroupedRewards, ...] = ()
 
     def sum(self, rows: Array) -> Array:
         """Per-group sum of ``rows`` (as stats)."""
@@ -96,7 +101,9 @@ class GroupedRewards:
         ``raw_singletons=True``."""
         if self.raw_singletons is None:
             return advantages
-        return self.xp.where(self.expand(self.raw_singletons), self.rewards / scale, advantages)
+        # A NaN reward beside the lone scored one (nan_policy="omit") stays out: 0, not NaN.
+        raw = self.xp.where(self.expand(self.raw_singletons), self.rewards / scale, advantages)
+        return self.only_present(raw)
 
 
 def group_rewards(
@@ -121,21 +128,24 @@ def group_rewards(
     if present is not None:
         present = groups.rows(present)
         present_rows = present if present_rows is None else present_rows & present
+    # The group maximum only decides ties: without them, one reduction less.
     if present_rows is None:
-        low, high = groups.min_max(rows)
+        low, high = groups.min_max(rows) if skip_ties else (groups.min(rows), None)
         count = groups.sizes(rows.dtype)
         gap = rows - groups.expand(low)
     else:
         low = groups.min(xp.where(present_rows, rows, math.inf))
-        high = groups.max(xp.where(present_rows, rows, -math.inf))
+        if skip_ties:
+            high = groups.max(xp.where(present_rows, rows, -math.inf))
         count = groups.sum(xp.astype(present_rows, rows.dtype))
         gap = xp.where(present_rows, rows - groups.expand(low), 0)
-    # Budgeting is scale-invariant, so a rounding-noise gap (0.1 + 0.2 vs 0.3) would
-    # hand one rollout the whole budget: such near-ties count as ties.
-    spread = high - low
-    scale = xp.maximum(xp.abs(high), xp.abs(low))
-    tie = ~(spread > tie_atol + tie_rtol * scale)  # also True with no reward (spread -inf)
-    if not skip_ties:
+    if skip_ties:
+        # Budgeting is scale-invariant, so a rounding-noise gap (0.1 + 0.2 vs 0.3) would
+        # hand one rollout the whole budget: such near-ties count as ties.
+        spread = high - low
+        scale = xp.maximum(xp.abs(high), xp.abs(low))
+        tie = ~(spread > tie_atol + tie_rtol * scale)  # True with no reward (spread -inf)
+    else:
         tie = ~(count > 0)
     raw_singletons = None
     if singletons == "raw":
@@ -169,18 +179,32 @@ def batch_mean_var(
 ) -> tuple[Array, Array]:
     """Like :func:`batch_mean_std`, but the variance, and 0 (not NaN) when the total
     weight is at most ``correction`` (a batch of one rollout, or of one token)."""
+    mean, _, variance = _batch_moments(g, rows, weights, correction)
+    return mean, variance
+
+
+def _batch_moments(
+    g: GroupedRewards, rows: Array, weights: Array | None, correction: int
+) -> tuple[Array, Array, Array]:
+    """The batch mean, ``rows - mean`` (0 where not present) and the variance."""
     xp = g.xp
     rows = g.only_present(rows)  # NaN rewards left out (nan_policy="omit") must not leak
-    ones = xp.ones_like(rows)
-    # Weights may be stats expanded against rows (broadcastable): make them full rows.
-    w = g.only_present(ones if weights is None else weights * ones)
-    total = xp.sum(w)
-    mean = xp.sum(w * rows) / xp.where(total > 0, total, xp.ones_like(total))
-    centred = g.only_present(rows - mean)
+    if weights is None:  # each rollout with a reward weighs 1: no weight rows to multiply
+        total = xp.sum(g.count)
+        mean = xp.sum(rows) / xp.where(total > 0, total, xp.ones_like(total))
+        centred = g.only_present(rows - mean)
+        square = xp.sum(centred * centred)
+    else:
+        # Weights may be stats expanded against rows (broadcastable): make them full rows.
+        w = g.only_present(weights * xp.ones_like(rows))
+        total = xp.sum(w)
+        mean = xp.sum(w * rows) / xp.where(total > 0, total, xp.ones_like(total))
+        centred = g.only_present(rows - mean)
+        square = xp.sum(w * centred * centred)
     dof = total - correction
     ok = dof > 0
-    variance = xp.where(ok, xp.sum(w * centred * centred) / xp.where(ok, dof, 1), 0)
-    return mean, variance
+    variance = xp.where(ok, square / xp.where(ok, dof, 1), 0)
+    return mean, centred, variance
 
 
 def batch_whiten(
@@ -191,18 +215,19 @@ def batch_whiten(
     correction: int = 1,
     var_eps: float = 0.0,
     var_floor: float = 0.0,
+    std_eps: float = 0.0,
     std_norm: bool = True,
 ) -> Array:
-    """``(rows - mean) / sqrt(max(var + var_eps, var_floor))`` with the mean and variance
-    of the whole batch (:func:`batch_mean_var`: token-weighted when ``weights`` are the
-    response lengths); only the mean is subtracted when ``std_norm`` is False."""
+    """``(rows - mean) / (sqrt(max(var + var_eps, var_floor)) + std_eps)`` with the mean
+    and variance of the whole batch (:func:`batch_mean_var`: token-weighted when
+    ``weights`` are the response lengths); only the mean is subtracted when ``std_norm``
+    is False. 0 where that denominator is 0."""
     xp = g.xp
-    mean, variance = batch_mean_var(g, rows, weights=weights, correction=correction)
-    centred = g.only_present(rows - mean)
+    _, centred, variance = _batch_moments(g, rows, weights, correction)
     if not std_norm:
         return centred
     denominator = variance + var_eps
-    denominator = xp.where(denominator < var_floor, var_floor, denominator)
-    positive = denominator > 0
-    inverse = xp.where(positive, 1 / xp.sqrt(xp.where(positive, denominator, 1)), 0)
+    scale = xp.sqrt(xp.where(denominator < var_floor, var_floor, denominator)) + std_eps
+    positive = scale > 0
+    inverse = xp.where(positive, 1 / xp.where(positive, scale, 1), 0)
     return centred * inverse

@@ -8,6 +8,7 @@ or any JSONL of ``problem``/``answer`` from disk; vLLM generates on GPUs, transf
 from ._benchmarks import BENCHMARKS, EvalProblem, load_benchmark
 from ._generate import TransformersGenerator, VLLMGenerator, make_generator
 from ._metrics import avg_at_k, mean_pass_at_k, pass_at_k
+from ._protocol import PAPER_BENCHMARKS, PAPER_TEMPERATURE, protocol_command
 from ._run import (
     BenchmarkScore,
     EvalReport,
@@ -21,6 +22,8 @@ from ._run import (
 
 __all__ = [
     "BENCHMARKS",
+    "PAPER_BENCHMARKS",
+    "PAPER_TEMPERATURE",
     "BenchmarkScore",
     "EvalProblem",
     "EvalReport",
@@ -34,6 +37,7 @@ __all__ = [
     "make_generator",
     "mean_pass_at_k",
     "pass_at_k",
+    "protocol_command",
     "score",
     "score_generations",
     "write_outputs",

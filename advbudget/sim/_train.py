@@ -92,6 +92,11 @@ class RunConfig:
                 f"estimator: {spec.name} needs per-rollout inputs ({', '.join(needs)}) that "
                 "the lab's bandit rollouts do not have"
             )
+        if spec.components:
+            raise ValueError(
+                f"estimator: {spec.name} takes several rewards per rollout (reward "
+                "components); the lab's bandit rollouts have one"
+            )
         int_at_least("steps", self.steps, 0)
         int_at_least("group_size", self.group_size, 2)
         int_at_least("prompts_per_step", self.prompts_per_step, 1)

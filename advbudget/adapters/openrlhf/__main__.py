@@ -94,6 +94,10 @@ def validate(flat: argparse.Namespace) -> None:
             "--critic.model_name_or_path"
         )
     spec = get_spec(OPENRLHF.core_name(estimator))
+    try:
+        OPENRLHF.check_rewards(spec, estimator)
+    except ValueError as error:
+        raise SystemExit(f"advbudget: --algo.advantage.{error}") from None
     given = {o.name: getattr(flat, f"advbudget.{o.name}", None) for o in spec.options}
     try:
         spec.resolve_options({k: v for k, v in given.items() if v is not None})

@@ -110,6 +110,7 @@ def core_estimator(name: str, args: Any = None) -> tuple[str, dict[str, Any]]:
     unbiased std for group_norm, exact ties), the core's for the others, then the
     ``--advbudget.<option>`` flags given (``--advbudget.budget 0.5``)."""
     core = OPENRLHF.core_name(name)
+    OPENRLHF.check_rewards(core, name)
     spec = get_spec(core)
     keys = (*(o.name for o in spec.options), "tie_rtol", "tie_atol", "nan_policy")
     given = {key: option_value(args, key) for key in keys}

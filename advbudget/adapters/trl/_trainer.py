@@ -92,7 +92,11 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
     are used as they are; only the advantages change. ``scale_rewards`` is ignored (the
     estimator decides), and the rewards are TRL's weighted sum of the reward functions
     (``multi_objective_aggregation="sum_then_normalize"``, the default; the other value is
-    refused).
+    refused). An estimator of reward components (``"gdpo"``) gets each reward function's
+    rewards instead, one component each (``[B, n_funcs]``, NaN where a function returned
+    None), and TRL's ``reward_weights`` as its ``weights`` unless
+    ``advantage_options`` has them; ``multi_objective_aggregation`` is then ignored too
+    (``"gdpo"`` is TRL's ``"normalize_then_sum"``).
 
     Args:
         advantage_estimator: any estimator of the advbudget catalogue, by name or alias
@@ -133,10 +137,11 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
             over the prompts seen at least twice (identity: a hash of the prompt text or
             messages), saved in each checkpoint and restored on resume. Needs
             ``solved_reward``.
-        solved_reward: the reward (TRL's weighted sum) at which a completion counts as
-            solved, for ``advbudget/unsolved_group_fraction`` (no completion of the group
-            reached it) and ``advbudget/solved_group_fraction`` (every one did); default
-            1.0, the success value of 0/1 and +-1 rewards; None leaves the two keys out.
+        solved_reward: the reward (TRL's weighted sum; with reward components, their
+            plain sum) at which a completion counts as solved, for
+            ``advbudget/unsolved_group_fraction`` (no completion of the group reached it)
+            and ``advbudget/solved_group_fraction`` (every one did); default 1.0, the
+            success value of 0/1 and +-1 rewards; None leaves the two keys out.
             See :func:`advbudget.metrics.group_outcomes` for the rule.
         kappa_every: log κ_eff every this many generation batches (0, the default: never).
             The old log-probs come from TRL's ``old_per_token_logps`` when the batch is
@@ -254,7 +259,12 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
                 "sequences only",
                 skipped_groups,
             )
-        if self.multi_objective_aggregation != "sum_then_normalize":
+        self._advbudget_components = spec is not None and spec.components
+        if self._advbudget_components and "weights" not in self.advantage_settings:
+            self.advantage_settings["weights"] = self.reward_weights.tolist()
+        if self.multi_objective_aggregation != "sum_then_normalize" and not (
+            self._advbudget_components
+        ):
             raise ValueError(
                 "multi_objective_aggregation: AdvBudgetGRPOTrainer computes advantages from "
                 "the weighted sum of the rewards; expected 'sum_then_normalize', got "
@@ -349,7 +359,8 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
 
     def _generate_round(self, inputs: Any) -> tuple[dict[str, Any], torch.Tensor]:
         """TRL's generation and scoring of ``inputs`` (this process's prompts), and the
-        rewards of the global batch (TRL's weighted sum; NaN where no function scored)."""
+        rewards of the global batch (TRL's weighted sum, NaN where no function scored; per
+        reward function for an estimator of reward components)."""
         output: dict[str, Any] = super()._generate_and_score_completions(inputs)
         rewards_per_func = self._advbudget_rewards_per_func
         self._advbudget_rewards_per_func = None
@@ -358,7 +369,7 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
                 "AdvBudgetGRPOTrainer: TRL did not call _calculate_rewards; this TRL version "
                 "is not supported by the adapter"
             )
-        return output, self._weighted_rewards(rewards_per_func)
+        return output, self._rewards(rewards_per_func)
 
     # -- pieces ----------------------------------------------------------------------
 
@@ -368,9 +379,16 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
         """Advantages of the global batch from TRL's per-function rewards ``[B, n_funcs]``.
 
         The reward of a completion is TRL's weighted ``nansum`` over the reward functions;
-        it is NaN when every function returned None (then ``nan_policy`` applies).
+        it is NaN when every function returned None (then ``nan_policy`` applies). An
+        estimator of reward components takes the matrix as it is, one component per
+        function.
         """
-        return self._advantages(self._weighted_rewards(rewards_per_func), group_size)
+        return self._advantages(self._rewards(rewards_per_func), group_size)
+
+    def _rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
+        if self._advbudget_components:
+            return rewards_per_func
+        return self._weighted_rewards(rewards_per_func)
 
     def _weighted_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
         weights = self.reward_weights.to(rewards_per_func.device)

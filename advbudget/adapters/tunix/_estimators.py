@@ -149,6 +149,7 @@ def core_settings(name: str) -> tuple[str, dict[str, Any]]:
     """The core estimator and its :func:`compute_advantages` keywords for tunix name
     ``name``: tunix's conventions for its mirrors, then the configured options."""
     core = TUNIX.core_name(name)
+    TUNIX.check_rewards(core, name)
     spec = get_spec(core)
     given = _OPTIONS.values
     overrides = {

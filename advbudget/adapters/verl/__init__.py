@@ -29,6 +29,7 @@ from ._estimators import (
     compute_result,
     estimator_function,
     estimator_names,
+    install_non_tensor_batch,
     register_estimators,
     report_failure,
 )
@@ -64,6 +65,17 @@ if importlib.util.find_spec("verl") is not None:
                 register_trainers()
         except Exception as error:
             report_failure(error, what="the verl metrics trainers (trainer.v1.trainer_mode)")
+    # verl hands non_tensor_batch (compute_score's extra keys) to its own gdpo only.
+    try:
+        with warnings.catch_warnings():  # verl's ray_trainer warns on import, as above
+            warnings.simplefilter("ignore")
+            install_non_tensor_batch()
+    except Exception as error:
+        report_failure(
+            error,
+            what="the reward components of advbudget_gdpo (verl's compute_advantage)",
+            consequence="advbudget_gdpo will not find algorithm.gdpo_reward_keys.",
+        )
     # skipped_groups=drop's sequence count runs in the actor's workers, which import this
     # module through the same hooks; a no-op for every batch without drop's flag.
     try:

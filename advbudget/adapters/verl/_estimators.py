@@ -39,13 +39,27 @@ the others the core's (a group of one, or with rewards within 1e-6, is skipped).
 response mask is all zero still count in their group, as in verl. Extra inputs:
 ``response_lengths`` is the response mask's row sum; any other input is taken from what
 verl passes by that name (``reward_baselines``; missing, a TypeError as verl's own remax).
+
+Reward components (``advbudget_gdpo``): read as verl's own ``gdpo`` reads them,
+``non_tensor_batch[key]`` for each key of ``algorithm.gdpo_reward_keys`` (the keys of the
+dict ``compute_score`` returns beside ``score``: verl's reward loop puts each key of its
+``reward_extra_info`` in ``non_tensor_batch``), weighted by ``algorithm.gdpo_reward_weights``
+(``advbudget.weights`` overrides it); ``token_level_rewards`` is not used. verl's
+``compute_advantage`` hands ``non_tensor_batch`` to its own ``gdpo`` only, so the adapter
+wraps it (:func:`install_non_tensor_batch`) to let ours see it as well. verl 0.9.1's v1
+trainer does not fetch those keys for the advantage step (nor for verl's ``gdpo``):
+components reach the estimator with the legacy trainer (``trainer.use_v1=False``).
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
+
+import numpy as np
 
 from advbudget.core import (
     EstimatorSpec,
@@ -59,6 +73,10 @@ from advbudget.core import (
 VerlEstimator = Callable[..., tuple[Any, Any]]
 
 VERL = get_convention("verl")
+
+# The non_tensor_batch of the DataProto verl's compute_advantage is scoring (set by the
+# wrapper of install_non_tensor_batch), for estimators of reward components.
+NON_TENSOR_BATCH: ContextVar[Any] = ContextVar("advbudget_verl_non_tensor_batch", default=None)
 
 
 def option(config: Any, key: str, default: Any) -> Any:
@@ -95,6 +113,9 @@ def core_settings(name: str, config: Any) -> tuple[str, dict[str, Any]]:
         value = option(config, f"advbudget.{key}", None)
         if value is not None:
             overrides[key] = value
+    weights = option(config, "gdpo_reward_weights", None)  # verl's own key for gdpo's w_k
+    if spec.components and weights is not None:
+        overrides.setdefault("weights", list(weights))
     return core, VERL.settings(core, overrides)
 
 
@@ -115,12 +136,42 @@ def _inputs(
     return out
 
 
+def reward_components(name: str, config: Any, non_tensor_batch: Any, like: Any) -> dict[str, Any]:
+    """``{key: [B] tensor}`` for each key of ``algorithm.gdpo_reward_keys``, from verl's
+    ``non_tensor_batch`` (None becomes NaN), on the device and in the dtype of ``like``."""
+    keys = option(config, "gdpo_reward_keys", None)
+    if not keys:
+        raise ValueError(
+            f"algorithm.gdpo_reward_keys: {name} needs the keys of the reward components "
+            "(those of the dict compute_score returns; on verl's command line "
+            f"+algorithm.gdpo_reward_keys=[format_reward,accuracy_reward]), got {keys!r}"
+        )
+    available = [] if non_tensor_batch is None else list(non_tensor_batch.keys())
+    missing = [key for key in keys if key not in available]
+    if missing:
+        raise ValueError(
+            f"non_tensor_batch: {name} expected the reward components of "
+            f"algorithm.gdpo_reward_keys={list(keys)}, got no {missing[0]!r} among "
+            f"{available} (compute_score must return a dict with it; verl's v1 trainer "
+            "passes none to the advantage step, for its own gdpo either: "
+            "trainer.use_v1=False)"
+        )
+    torch = sys.modules["torch"]
+    return {
+        key: torch.as_tensor(np.asarray(non_tensor_batch[key], dtype=np.float64)).to(
+            device=like.device, dtype=like.dtype
+        )
+        for key in keys
+    }
+
+
 def compute_result(
     name: str,
     token_level_rewards: Any,
     index: Any,
     config: Any = None,
     response_mask: Any = None,
+    non_tensor_batch: Any = None,
     **extra: Any,
 ) -> Any:
     """The core's :class:`~advbudget.core.AdvantageResult` for verl estimator ``name``.
@@ -153,7 +204,11 @@ def compute_result(
     if response_mask is None and any(i.name == "response_lengths" for i in spec.inputs):
         raise ValueError(f"response_mask: {name} needs the response mask [B, L], got None")
     inputs = _inputs(name, spec, response_mask, extra)
-    scores = token_level_rewards.sum(-1)
+    if spec.components:  # verl passes non_tensor_batch to its own gdpo; the wrapper to ours
+        given = NON_TENSOR_BATCH.get() if non_tensor_batch is None else non_tensor_batch
+        scores = reward_components(name, config, given, token_level_rewards)
+    else:
+        scores = token_level_rewards.sum(-1)
     return compute_advantages(scores, core, group_ids=index, **settings, **inputs)
 
 
@@ -193,6 +248,7 @@ def _make(name: str) -> VerlEstimator:
         "    response_mask: ``[B, L]``; the advantage is broadcast over it.\n"
         "    index: ``[B]`` numpy object array of uid strings (the prompt groups).\n"
         "    config: verl's ``config.algorithm`` (options: ``advbudget.<option>``).\n"
+        "    non_tensor_batch: the reward components, for estimators that take them.\n"
         "    **kwargs: anything else verl passes (``reward_baselines``, ...).\n\n"
         "Returns:\n"
         "    ``(advantages, returns)``, ``[B, L]``: the same tensor, except where verl's own\n"
@@ -242,6 +298,40 @@ def _on_new_estimator(spec: EstimatorSpec) -> None:
     for name in spec.names:
         _FUNCTIONS.pop(VERL.name_of(name), None)  # a replaced estimator: a fresh docstring
         _register_with_verl(VERL.name_of(name))
+
+
+def install_non_tensor_batch() -> bool:
+    """Wrap verl's ``compute_advantage`` (in ``ray_trainer`` and in every loaded verl module
+    that imported it by name) so that our estimators of reward components see the batch's
+    ``non_tensor_batch``, which verl hands to its own ``gdpo`` only. Every other call
+    passes through unchanged. Returns False without verl's trainer."""
+    try:
+        from verl.trainer.ppo import ray_trainer
+    except ImportError:
+        return False
+    original = ray_trainer.compute_advantage
+    if getattr(original, "_advbudget_non_tensor_batch", False):
+        return True
+    wrapped = _with_non_tensor_batch(original)
+    for module in list(sys.modules.values()):
+        if getattr(module, "__name__", "").startswith("verl.") and (
+            getattr(module, "compute_advantage", None) is original
+        ):
+            module.compute_advantage = wrapped  # type: ignore[attr-defined]
+    return True
+
+
+def _with_non_tensor_batch(compute_advantage: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(compute_advantage)
+    def wrapper(data: Any, *args: Any, **kwargs: Any) -> Any:
+        token = NON_TENSOR_BATCH.set(getattr(data, "non_tensor_batch", None))
+        try:
+            return compute_advantage(data, *args, **kwargs)
+        finally:
+            NON_TENSOR_BATCH.reset(token)
+
+    wrapper._advbudget_non_tensor_batch = True  # type: ignore[attr-defined]
+    return wrapper
 
 
 def report_failure(error: BaseException, what: str = "", consequence: str = "") -> None:

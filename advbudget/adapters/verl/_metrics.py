@@ -96,7 +96,9 @@ def batch_result(data: Any, config: Any, *, estimator: str | None = None) -> Any
     fields = data.batch.keys()  # TensorDict refuses `in` on itself
     mask = data.batch["response_mask"] if "response_mask" in fields else None  # response_lengths
     rewards, uids = data.batch["token_level_rewards"], data.non_tensor_batch["uid"]
-    return compute_result(name, rewards, uids, config, response_mask=mask)
+    return compute_result(
+        name, rewards, uids, config, response_mask=mask, non_tensor_batch=data.non_tensor_batch
+    )
 
 
 def kappa_metrics(

@@ -72,6 +72,10 @@ class EstimatorSpec:
         options: its options; anything else given to it is an error.
         inputs: extra per-rollout arrays (``response_lengths=``), laid out as rows before
             ``fn`` sees them.
+        components: it takes several rewards per rollout, one per reward component
+            (``rewards`` ``[N, K]``, or a mapping name -> ``[N]``), each checked and laid
+            out by group on its own (``grouped.components``); ``grouped.rewards`` is then
+            their sum. False (every other estimator): one reward per rollout, ``[N]``.
         skips: ``"ties"``: a group with no reward gap (or of one) gets advantage 0 and
             ``valid`` False; ``"never"``: only groups without any reward are skipped (for
             estimators whose advantage is not 0 on a constant group: batch whitening, a
@@ -93,6 +97,7 @@ class EstimatorSpec:
     aliases: tuple[str, ...] = ()
     options: tuple[Option, ...] = ()
     inputs: tuple[Input, ...] = ()
+    components: bool = False
     skips: SkipRule = "ties"
     raw_singletons: bool = False
     batch_statistics: str = ""
@@ -136,6 +141,7 @@ def estimator_spec(
     aliases: Iterable[str] = (),
     rules: Mapping[str, Rule] | None = None,
     inputs: Iterable[Input] = (),
+    components: bool = False,
     skips: SkipRule = "ties",
     raw_singletons: bool = False,
     batch_statistics: str = "",
@@ -183,6 +189,7 @@ def estimator_spec(
         aliases=tuple(aliases),
         options=tuple(options),
         inputs=inputs,
+        components=components,
         skips=skips,
         raw_singletons=raw_singletons,
         batch_statistics=batch_statistics,

@@ -3,6 +3,9 @@ core on the whole (gathered) batch for them."""
 
 from __future__ import annotations
 
+import math
+import numbers
+from collections.abc import Iterable
 from typing import Any
 
 from ... import checks
@@ -10,7 +13,7 @@ from .._arrays import Array
 from .._stats import GroupedRewards, batch_mean_var, batch_whiten
 from ._rules import EPS, STD_CORRECTION, TOKEN_WEIGHTS, WHITEN_NOTE, WHITENING
 from ._spec import EstimatorSpec, Rule, declare_into
-from .group import rloo
+from .group import group_normalized, rloo
 
 SPECS: list[EstimatorSpec] = []
 declare = declare_into(SPECS)
@@ -167,3 +170,101 @@ def rloo_normalized(g: GroupedRewards, *, eps: float = 1e-4, std_correction: int
     mean, variance = batch_mean_var(g, advantages, weights=weights, correction=std_correction)
     whitened = (advantages - mean) / (xp.sqrt(variance) + eps)
     return g.only_present(whitened * g.kept_rows())
+
+
+def _weights(name: str, value: Any) -> tuple[float, ...] | None:
+    """None, or one finite number per reward component (the count is checked per batch)."""
+    if value is None:
+        return None
+    listlike = isinstance(value, Iterable) and not isinstance(value, (str, bytes, dict))
+    items = list(value) if listlike else []
+    if not items or not all(
+        isinstance(w, numbers.Real) and not isinstance(w, bool) and math.isfinite(w) for w in items
+    ):
+        raise ValueError(
+            f"{name}: expected a list of finite numbers, one per reward component, or None "
+            f"(equal weights), got {value!r}"
+        )
+    return tuple(float(w) for w in items)
+
+
+@declare(
+    name="gdpo",
+    formula=(
+        "whiten(Σ_k w_k · (r_k − mean_k) / (std_k + eps)): each reward component normalised "
+        "in its group, then summed and whitened over the batch"
+    ),
+    reference=(
+        "GDPO, arXiv 2601.05242 (verl's gdpo; TRL's GRPOTrainer "
+        'multi_objective_aggregation="normalize_then_sum")'
+    ),
+    rules={
+        "eps": Rule(checks.nonnegative_finite, "added to each component's group std"),
+        "std_correction": Rule(
+            STD_CORRECTION.check,
+            "1: unbiased group std and batch variance, as verl and TRL; 0: biased",
+        ),
+        "weights": Rule(_weights, "w_k, one per component; None: all 1"),
+        "var_eps": Rule(
+            checks.nonnegative_finite, "added to the batch variance, as verl's masked_whiten"
+        ),
+        "std_eps": Rule(checks.nonnegative_finite, "added to the batch std; TRL's is 1e-4"),
+    },
+    inputs=(TOKEN_WEIGHTS,),
+    components=True,
+    skips="never",
+    raw_singletons=True,
+    batch_statistics=(
+        "the mean and variance of the summed normalised components over every response "
+        "token of the batch (each rollout weighted by response_lengths, or 1 without "
+        "them: TRL's per-rollout statistics)"
+    ),
+)
+def gdpo(
+    g: GroupedRewards,
+    *,
+    eps: float = 1e-6,
+    std_correction: int = 1,
+    weights: tuple[float, ...] | None = None,
+    var_eps: float = 1e-8,
+    std_eps: float = 0.0,
+    response_lengths: Array | None = None,
+) -> Array:
+    """GDPO with verl's defaults: ``Σ_k w_k · grpo(r_k)``, whitened over the batch's tokens.
+
+    Each component is GRPO-normalised in its group on its own (a component tied in a
+    group adds 0 there); the sum is then ``(A − mean) / (sqrt(var + var_eps) + std_eps)``
+    over the batch. With one component it is grpo followed by that whitening.
+
+    The frameworks differ in the constants and in what the batch statistics weigh:
+    verl 0.9.1 (``compute_gdpo_outcome_advantage``): eps 1e-6, unbiased stds,
+    ``masked_whiten`` over the response tokens (var + 1e-8), a group of one scored raw,
+    exact ties. TRL 1.16 (``normalize_then_sum``): eps 1e-4, unbiased stds, per rollout
+    (not per token) ``(A − mean) / (std + 1e-4)``, a NaN component left out of its group
+    (``nan_policy="omit"``). NeMo-RL: a leave-one-out baseline per component by default,
+    no division where a group's std is 0, and ``(A − mean) / std`` per rollout, not
+    mirrored here.
+    """
+    if not g.components:
+        raise ValueError(
+            "rewards: the gdpo estimator needs reward components ([N, K]); call it through "
+            "compute_advantages, which lays them out"
+        )
+    if weights is not None and len(weights) != len(g.components):
+        raise ValueError(
+            f"weights: expected one weight per reward component ({len(g.components)}), "
+            f"got {len(weights)}: {list(weights)}"
+        )
+    total = None
+    for w, component in zip(weights or [1.0] * len(g.components), g.components, strict=True):
+        term = group_normalized(component, eps=eps, std_correction=std_correction)
+        term = term if w == 1.0 else w * term
+        total = term if total is None else total + term
+    return batch_whiten(
+        g,
+        total,
+        weights=response_lengths,
+        correction=std_correction,
+        var_eps=var_eps,
+        std_eps=std_eps,
+    )

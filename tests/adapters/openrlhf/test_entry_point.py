@@ -258,3 +258,17 @@ def test_printed_data_flags_parse_with_openrlhf(source: str) -> None:
     assert args.data.prompt_dataset.endswith("train.jsonl")
     assert args.eval.dataset.endswith("val.jsonl")
     assert args.data.label_key == "label"
+
+
+def test_refuses_an_estimator_of_reward_components() -> None:
+    # OpenRLHF's experiences carry one reward per sample: gdpo has nothing to normalise.
+    with pytest.raises(SystemExit) as info:
+        parse(
+            "--algo.advantage.estimator", "advbudget_gdpo",
+            "--rollout.n_samples_per_prompt", "8",
+        )  # fmt: skip
+    assert str(info.value.code) == (
+        "advbudget: --algo.advantage.estimator: advbudget_gdpo takes reward components "
+        "(several rewards per rollout), which openrlhf does not keep: it gives each rollout "
+        "one reward"
+    )

@@ -14,11 +14,13 @@ Each run trains two steps (groups of 4, graded rewards with ties, constant group
 and evaluates once with one generation per prompt (groups of one, which TRL allows in
 eval only). Groups of one in training: TRL's configs refuse them, and the adapter's
 trainer takes TRL's GRPOConfig, so the refusal is TRL's own. A mirror added to the row
-without a case here fails ``test_every_mirror_has_a_case`` (and its parity test).
+without a case here fails ``test_every_mirror_has_a_case`` (and its parity test); mirrors of
+reward components (gdpo) have their own runs, in the module ``COMPONENTS`` names.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,7 @@ import pytest
 trl = pytest.importorskip("trl")
 torch = pytest.importorskip("torch")
 
-from advbudget.core import get_convention  # noqa: E402
+from advbudget.core import get_convention, get_spec  # noqa: E402
 
 from .conftest import TRL_WARNINGS  # noqa: E402
 
@@ -54,8 +56,15 @@ RUN = {
 }
 
 
+# mirrors of reward components -> (module, parity test): several reward functions
+COMPONENTS = {"gdpo": ("test_trl_gdpo", "test_gdpo_matches_trls_normalize_then_sum")}
+
+
 def test_every_mirror_has_a_case() -> None:
-    assert sorted(CASES) == sorted(TRL.own_names)
+    assert sorted([*CASES, *COMPONENTS]) == sorted(TRL.own_names)
+    for core, (module, test) in COMPONENTS.items():
+        assert get_spec(core).components
+        assert callable(getattr(importlib.import_module(f"{__package__}.{module}"), test))
     for core, (trainer, switch) in CASES.items():  # the row's prose, word for word
         shown = [f'{k}="{v}"' if isinstance(v, str) else f"{k}={v}" for k, v in switch.items() if v]
         assert TRL.own_names[core] == " ".join([trainer, *shown])
@@ -164,7 +173,7 @@ def _rloo_pairs(
     ]
 
 
-@pytest.mark.parametrize("core", sorted(TRL.own_names))
+@pytest.mark.parametrize("core", sorted(CASES))
 def test_mirror(
     make_trainer: Any, tiny_model: Path, train_dataset: Any, tmp_path: Path, core: str
 ) -> None:

@@ -2,33 +2,18 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-trl = pytest.importorskip("trl")
+from ...benchmark_runs import run_benchmark
 
-SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "trl_adapter.py"
+trl = pytest.importorskip("trl")
 
 
 def test_benchmark_runs(tmp_path: Path) -> None:
     output = tmp_path / "trl.json"
-    command = [
-        sys.executable,
-        str(SCRIPT),
-        "--steps",
-        "3",
-        "--rounds",
-        "1",
-        "--output",
-        str(output),
-    ]
-    run = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
-    assert run.returncode == 0, run.stderr[-3000:]
-    payload = json.loads(output.read_text())
+    payload = run_benchmark("trl_adapter", output, "--steps", "3", "--rounds", "1")
     assert set(payload["results"]) == {
         "stock GRPO",
         "advbudget budget",

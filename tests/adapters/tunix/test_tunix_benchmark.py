@@ -2,28 +2,18 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-pytest.importorskip("tunix")
+from ...benchmark_runs import run_benchmark
 
-SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "tunix_adapter.py"
+pytest.importorskip("tunix")
 
 
 def test_quick_run_agrees_and_reports(tmp_path: Path) -> None:
     output = tmp_path / "tunix.json"
-    run = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--output", str(output)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    payload = json.loads(output.read_text())
+    payload = run_benchmark("tunix_adapter", output, "--quick")
     assert payload["problems"] == []
     assert {r["path"] for r in payload["results"]} == {
         "tunix grpo",

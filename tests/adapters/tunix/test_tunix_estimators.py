@@ -338,3 +338,10 @@ def test_kappa_leaves_out_a_batch_scored_with_other_weights():
         assert tracker.flush(7) == {}
     tracker.measure_after(start_steps=3)  # nothing pending, no update: nothing to log
     assert tracker.flush(8) == {"advbudget/kappa_eff/count": (0.0, np.sum)}
+
+
+def test_an_estimator_of_reward_components_is_refused():
+    # tunix hands an estimator one reward per rollout: gdpo has nothing to normalise.
+    fn = _registry().get_advantage_estimator("advbudget_gdpo")
+    with pytest.raises(ValueError, match=r"^estimator: advbudget_gdpo takes reward components"):
+        fn(rewards=np.array([1.0, 0.0, 0.0, 1.0]), num_generations=2)

@@ -2,28 +2,18 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-verl = pytest.importorskip("verl")
+from ...benchmark_runs import run_benchmark
 
-SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "verl_adapter.py"
+verl = pytest.importorskip("verl")
 
 
 def test_quick_run_agrees_and_reports(tmp_path: Path) -> None:
     output = tmp_path / "verl.json"
-    run = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--output", str(output)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    payload = json.loads(output.read_text())
+    payload = run_benchmark("verl_adapter", output, "--quick")
     assert payload["problems"] == []
     assert {r["path"] for r in payload["results"]} == {
         "verl grpo (Python loop)",

@@ -6,11 +6,13 @@ verl raises.
 Batches: shuffled uuid uids, groups of 1..16 (every other seed has a group of one and an
 all-zero response mask row), every third group constant (ties), binary and graded rewards,
 float32 and float64. A mirror added to the row without a case here fails
-``test_every_mirror_has_a_case`` (and its parity test).
+``test_every_mirror_has_a_case`` (and its parity test); mirrors of reward components
+(gdpo) have their own batches, in the module ``COMPONENTS`` names.
 """
 
 from __future__ import annotations
 
+import importlib
 import uuid
 import warnings
 from dataclasses import dataclass
@@ -31,7 +33,7 @@ with warnings.catch_warnings():  # verl's imports warn (ray, optional engines)
 
 import advbudget.adapters.verl  # noqa: E402, F401  (registers the advbudget_* names)
 from advbudget import compute_advantages, token_advantages  # noqa: E402
-from advbudget.core import get_convention  # noqa: E402
+from advbudget.core import get_convention, get_spec  # noqa: E402
 from advbudget.testing.verl import algorithm_config  # noqa: E402
 
 from .conftest import VERL_WARNINGS  # noqa: E402
@@ -65,8 +67,16 @@ CASES: dict[str, tuple[Case, ...]] = {
 }
 
 
+# mirrors of reward components -> (module, parity test): their batches carry the
+# components in non_tensor_batch
+COMPONENTS = {"gdpo": ("test_gdpo", "test_parity_with_verls_gdpo")}
+
+
 def test_every_mirror_has_a_case() -> None:
-    assert sorted(CASES) == sorted(VERL.own_names)
+    assert sorted([*CASES, *COMPONENTS]) == sorted(VERL.own_names)
+    for core, (module, test) in COMPONENTS.items():
+        assert get_spec(core).components
+        assert callable(getattr(importlib.import_module(f"{__package__}.{module}"), test))
     for core, cases in CASES.items():
         for case in cases:  # the row's prose starts with verl's name
             assert VERL.own_names[core].split()[0] == case.verl_name
@@ -157,7 +167,7 @@ def _tol(core: str, dtype: torch.dtype) -> float:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("graded", [False, True])
-@pytest.mark.parametrize("core", sorted(VERL.own_names))
+@pytest.mark.parametrize("core", sorted(CASES))
 def test_mirror(core: str, graded: bool, seed: int, dtype: torch.dtype) -> None:
     batch = make_batch(seed, dtype, graded=graded, baselines=core == "remax")
     for case in CASES[core]:
@@ -195,7 +205,7 @@ def test_a_group_of_one_is_refused_where_verl_refuses() -> None:
     """verl's grpo_passk raises on a group of one (its mirror too); its other mirrors
     score it (raw reward against mean 0, std 1)."""
     batch = make_batch(0, torch.float64, graded=True, baselines=True)
-    refusing = {core for core in VERL.own_names if run(CASES[core][0].verl_name, batch, True)[1]}
+    refusing = {core for core in CASES if run(CASES[core][0].verl_name, batch, True)[1]}
     assert refusing == set(VERL.singletons_refused) == {"grpo_passk"}
     _, error = run("advbudget_grpo_passk", batch, True)
     assert isinstance(error, ValueError)
