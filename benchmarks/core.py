@@ -4,9 +4,10 @@ One run times, for N rollouts in groups of G = 8 and float32 rewards:
 
 - our contiguous path (``group_size=8``: a reshape) for budget, GRPO and Dr;
 - our grouped path with shuffled int labels, with the factorisation on every call and
-  with a prebuilt ``make_groups`` result (factorisation vs compute); equal group sizes
-  take the ``Permuted`` layout (one gather, then reshapes), forced segment ops
-  (``method="segment"``) and declared slots (``positions=``, OpenRLHF) beside it;
+  with a prebuilt ``make_groups`` result (factorisation vs compute); the labels take the
+  backend's segment ops on codes counted in O(N), the ``Permuted`` layout (a sort for the
+  slots, one gather, then reshapes: ``method="permuted"``) and declared slots
+  (``positions=``, OpenRLHF) beside it;
 - string uids (uuid4, as verl passes them), shuffled and in verl's interleaved layout;
 - the floor: the budget formula hand-written as a native reshape per backend;
 - a per-rollout Python loop in the style of verl's ``grpo`` estimator (torch);
@@ -92,7 +93,7 @@ P_IDS = "budget, shuffled int ids (factorise each call)"
 P_IDS_SPARSE = "budget, shuffled sparse int ids (dataset indices, factorise each call)"
 P_MAKE_GROUPS = "make_groups, shuffled int ids (factorise only)"
 P_PREBUILT = "budget, shuffled int ids (prebuilt groups)"
-P_IDS_SEGMENT = "budget, shuffled int ids, segment ops (method='segment', factorise each call)"
+P_IDS_PERMUTED = "budget, shuffled int ids, slots (method='permuted', factorise each call)"
 P_POSITIONS = "budget, declared slots (group_size=8, positions=, OpenRLHF layout)"
 P_CODES = "budget, shuffled codes 0..M-1 (num_groups=M, no factorisation)"
 P_UIDS_SHUFFLED = "budget, string uids (shuffled)"
@@ -112,7 +113,7 @@ PATH_ORDER = (
     P_IDS_SPARSE,
     P_MAKE_GROUPS,
     P_PREBUILT,
-    P_IDS_SEGMENT,
+    P_IDS_PERMUTED,
     P_POSITIONS,
     P_CODES,
     P_UIDS_INTERLEAVED,
@@ -398,10 +399,10 @@ def path_calls(backend: Backend, batch: Batch) -> dict[str, Call]:
     # The groups alone: group_index() would add numpy's inverse, which the row above skips.
     calls[P_MAKE_GROUPS] = Call(lambda: make_groups(shuffled, group_ids=ids), "eager")
     calls[P_PREBUILT] = Call(lambda: budget_advantage(shuffled, groups=groups), "eager")
-    # The same ids through the backends' scatter ops instead of Permuted's gather.
-    calls[P_IDS_SEGMENT] = Call(
+    # The same ids through a sorted slot order and Permuted's gather, not the scatter ops.
+    calls[P_IDS_PERMUTED] = Call(
         lambda: budget_advantage(
-            shuffled, groups=make_groups(shuffled, group_ids=ids, method="segment")
+            shuffled, groups=make_groups(shuffled, group_ids=ids, method="permuted")
         ),
         "eager",
     )
@@ -470,7 +471,7 @@ def check_agreement(backend: Backend, batch: Batch) -> list[str]:
         P_IDS: floor[perm],
         P_IDS_SPARSE: floor[perm],
         P_PREBUILT: floor[perm],
-        P_IDS_SEGMENT: floor[perm],
+        P_IDS_PERMUTED: floor[perm],
         P_POSITIONS: floor[perm],
         P_CODES: floor[perm],
         P_UIDS_SHUFFLED: floor[perm],

@@ -41,9 +41,11 @@ def _batch(
 ) -> tuple[np.ndarray, list[str], list[int]]:
     """Graded rewards with repeats (two values per batch when ``binary``; three columns
     for ``components``); some groups constant (in one column only too); groups of one
-    unless contiguous."""
+    unless contiguous; one size for contiguous and permuted, shuffled unless contiguous."""
     if layout == "contiguous":
         sizes = [int(rng.integers(2, 9))] * int(rng.integers(1, 6))
+    elif layout == "permuted":
+        sizes = [int(rng.integers(1, 9))] * int(rng.integers(2, 6))
     else:
         sizes = [int(s) for s in rng.integers(1, 10, size=int(rng.integers(1, 7)))]
     labels = [f"p{k}" for k, s in enumerate(sizes) for _ in range(s)]
@@ -82,9 +84,9 @@ def _inputs(name: str, rng: np.random.Generator, n: int) -> dict[str, np.ndarray
 def _grouping(layout: str, rewards: Any, labels: list[str], sizes: list[int]) -> dict[str, Any]:
     if layout == "contiguous":
         return {"group_size": sizes[0]}
-    if layout == "permuted":
+    if layout == "segmented":  # what labels get by default where segment ops exist
         return {"group_ids": labels}
-    method = {"segmented": "segment", "padded": "padded"}[layout]
+    method = {"permuted": "permuted", "padded": "padded"}[layout]
     return {"groups": make_groups(rewards, group_ids=labels, method=method)}
 
 

@@ -135,8 +135,9 @@ def _argsort_path_groups(xp, r, labels):
 @given(case=labellings(), as_array=st.booleans())
 def test_label_path_equals_the_argsort_path(xp, estimator, case, as_array):
     """Every backend, ints (as a list or a backend array) and strings, equal sizes or not:
-    the same layout as before, and for ``Permuted`` the same slots and bit-identical
-    advantages as the stable-argsort path."""
+    segment ops where the backend has them, else ``Permuted`` for equal sizes; and
+    ``Permuted`` (auto or forced) has the same slots and bit-identical advantages as the
+    stable-argsort path."""
     rewards, labels = case
     r = xp.asarray(rewards, dtype=xp.float32)
     ids = labels
@@ -148,15 +149,16 @@ def test_label_path_equals_the_argsort_path(xp, estimator, case, as_array):
     sizes = np.bincount(reference_codes(labels))
     native = not array_api_compat.is_array_api_strict_namespace(xp)
     if sizes.shape[0] > 1 and np.all(sizes == sizes[0]):
-        assert isinstance(groups, Permuted)
+        assert isinstance(groups, Segmented if native else Permuted)
+        permuted = make_groups(r, group_ids=ids, method="permuted")
         before = _argsort_path_groups(xp, r, labels)
         for name in ("positions", "_gather"):
-            got, want = getattr(groups, name), getattr(before, name)
+            got, want = getattr(permuted, name), getattr(before, name)
             assert array_api_compat.array_namespace(got) is xp
             assert got.dtype == want.dtype
             assert array_api_compat.device(got) == array_api_compat.device(want)
             np.testing.assert_array_equal(to_numpy(got), to_numpy(want))
-        got = compute_advantages(r, estimator, groups=groups).advantages
+        got = compute_advantages(r, estimator, groups=permuted).advantages
         want = compute_advantages(r, estimator, groups=before).advantages
         np.testing.assert_array_equal(to_numpy(got), to_numpy(want))  # bit for bit
     elif sizes.shape[0] > 1:  # unequal sizes: the segment layouts, as before
@@ -182,7 +184,9 @@ def test_ties_in_shuffled_equal_groups_pick_the_first_in_batch_order(xp):
     labels = [2, 0, 1, 2, 1, 0, 2, 1, 0, 2, 2, 1]  # wait: sizes must be equal
     labels = [2, 0, 1, 2, 1, 0, 2, 1, 0, 0, 2, 1]  # four rollouts in each of 3 groups
     r = xp.asarray(rewards, dtype=xp.float64)
-    permuted = compute_advantages(r, "budget", group_ids=labels)
+    permuted = compute_advantages(
+        r, "budget", groups=make_groups(r, group_ids=labels, method="permuted")
+    )
     assert isinstance(permuted.groups, Permuted)
     segment_method = "padded" if array_api_compat.is_array_api_strict_namespace(xp) else "segment"
     segmented = compute_advantages(
@@ -281,25 +285,29 @@ def test_label_layouts_equal_a_stable_argsort_reference(case):
     groups = make_groups(rewards, group_ids=ids)
     if type(groups) is Contiguous:  # adjacent runs of one size: groups in batch order
         assert labels == [labels[i - i % groups.group_size] for i in range(len(labels))]
-    elif sizes.shape[0] > 1 and np.all(sizes == sizes[0]):
-        assert isinstance(groups, Permuted)
-        assert groups.group_size == sizes[0]
-        order = np.argsort(codes, kind="stable")
-        np.testing.assert_array_equal(groups._gather, order)
-        np.testing.assert_array_equal(groups.positions, np.argsort(order))
-        np.testing.assert_array_equal(groups.rows(rewards), rewards[order].reshape(-1, sizes[0]))
-        np.testing.assert_array_equal(groups.group_index(), codes)
-    else:
+    else:  # numpy has segment ops: any other labels, equal sizes or not
         assert isinstance(groups, Segmented)
         np.testing.assert_array_equal(groups.group_index(), codes)
         np.testing.assert_array_equal(groups.sizes(np.int64), sizes)
+    layouts = [groups]
+    if sizes.shape[0] > 1 and np.all(sizes == sizes[0]):  # the slots, asked for
+        permuted = make_groups(rewards, group_ids=ids, method="permuted")
+        assert isinstance(permuted, Permuted)
+        assert permuted.group_size == sizes[0]
+        order = np.argsort(codes, kind="stable")
+        np.testing.assert_array_equal(permuted._gather, order)
+        np.testing.assert_array_equal(permuted.positions, np.argsort(order))
+        np.testing.assert_array_equal(permuted.rows(rewards), rewards[order].reshape(-1, sizes[0]))
+        np.testing.assert_array_equal(permuted.group_index(), codes)
+        layouts.append(permuted)
     for method in ("segment", "padded"):  # the codes themselves (not only the slot order)
         forced = make_groups(rewards, group_ids=ids, method=method)
         np.testing.assert_array_equal(forced.group_index(), codes)
     for estimator in ("budget", "grpo"):
         want = reference_advantages(rewards, labels, estimator)
-        got = compute_advantages(rewards, estimator, groups=groups).advantages
-        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+        for layout in layouts:
+            got = compute_advantages(rewards, estimator, groups=layout).advantages
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
 def test_label_slots_at_a_million_rows_equal_a_stable_argsort():
@@ -311,7 +319,7 @@ def test_label_slots_at_a_million_rows_equal_a_stable_argsort():
     rewards = rng.random(n)
     order = np.argsort(codes, kind="stable")
     for ids in (codes, codes * 1_000_003 + 17, codes - n):
-        groups = make_groups(rewards, group_ids=ids)
+        groups = make_groups(rewards, group_ids=ids, method="permuted")
         assert isinstance(groups, Permuted)
         np.testing.assert_array_equal(groups._gather, order)
         np.testing.assert_array_equal(groups.flat(groups.rows(rewards)), rewards)

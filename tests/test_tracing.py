@@ -117,7 +117,7 @@ def test_torch_compile_reuses_shuffled_groups():
     torch._dynamo.reset()
     labels = np.array([2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1])
     rewards = torch.tensor(REWARDS, dtype=torch.float64)
-    groups = make_groups(rewards, group_ids=torch.from_numpy(labels))
+    groups = make_groups(rewards, group_ids=torch.from_numpy(labels), method="permuted")
     assert isinstance(groups, Permuted)
 
     def advantages_and_index(r):

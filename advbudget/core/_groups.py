@@ -9,7 +9,8 @@ layout             rows of an [N] array   stats              used for
 =================  ====================  =================  ==========================
 ``Contiguous``     [M, G] (a reshape)     [M, 1]             fixed-size adjacent groups
 ``Permuted``       [M, G] (one gather)    [M, 1]             fixed-size groups in any
-                                                             order (OpenRLHF, shuffled)
+                                                             order (OpenRLHF's slots;
+                                                             labels without segment ops)
 ``Segmented``      [N] (unchanged)        [M]                any labels; numpy, torch,
                                                              jax native segment ops
 ``Padded``         [M, K] gathered        [M, 1]             any labels, any namespace
@@ -30,7 +31,8 @@ import numpy as np
 from ._arrays import Array, Namespace, backend, is_traced
 from ._segment_ops import SEGMENT_OPS, SegmentOps, largest, smallest
 
-GroupMethod = Literal["auto", "segment", "padded"]
+GroupMethod = Literal["auto", "segment", "padded", "permuted"]
+GROUP_METHODS: tuple[GroupMethod, ...] = ("auto", "segment", "padded", "permuted")
 
 
 class Groups(ABC):
@@ -251,7 +253,16 @@ def inverse_permutation(order: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
 class Segmented(Groups):
     """Any group index, reduced with the backend's own scatter/segment operations."""
 
-    def __init__(self, xp: Namespace, device: Any, index: Array, num_groups: int):
+    def __init__(
+        self,
+        xp: Namespace,
+        device: Any,
+        index: Array,
+        num_groups: int,
+        sizes: Array | None = None,
+    ):
+        """``sizes``: the ``[M]`` group sizes where the caller has counted them already
+        (factorising labels does), else counted here."""
         self.xp, self.device = xp, device
         self.index, self.num_groups = index, num_groups
         self.num_rollouts = int(index.shape[0])
@@ -259,7 +270,9 @@ class Segmented(Groups):
         if ops is None:
             raise TypeError(f"no native segment operations for {xp.__name__}; use Padded")
         self._ops: SegmentOps = ops(xp, index, num_groups)
-        self._sizes = self._ops.sum(xp.ones(self.num_rollouts, device=device))
+        if sizes is None:
+            sizes = self._ops.sum(xp.ones(self.num_rollouts, device=device))
+        self._sizes = sizes
 
     def rows(self, x: Array) -> Array:
         return x
