@@ -180,9 +180,9 @@ def _from_ids(
         return Contiguous(xp, device, num_rollouts, group_size)
     # Where the backend has segment ops, shuffled groups of one size reduce faster through
     # them, on codes counted in O(N), than through a sorted slot order, a gather and a
-    # scatter back (one CPU core, budget on 1M rollouts in groups of 8, a call: numpy 23
-    # against 33 ms, torch 22 against 44, eager jax 45 against 64). Without segment ops,
-    # equal sizes take that slot order (Permuted), others the padded layout.
+    # scatter back (benchmarks/RESULTS.md, budget on 1M rollouts in groups of 8, one CPU
+    # core: numpy 23 against 30 ms a call, torch 31 against 42, eager jax 28 against 45).
+    # Without segment ops, equal sizes take that slot order (Permuted), others padding.
     segment = method == "segment" or (method == "auto" and backend(xp) in SEGMENT_OPS)
     slots = method == "permuted" or (method == "auto" and not segment)
     factors = _factorise(labels, slots=slots)
