@@ -55,7 +55,8 @@ if importlib.util.find_spec("verl") is not None:
         raise
     # The metrics trainers need verl's v1 trainer (and TransferQueue); a failure there must
     # not cost the estimators, so it is reported and not raised. ADVBUDGET_VERL_TRAINERS=0
-    # skips them (saves ~1.5 s of imports in processes that never build a trainer).
+    # skips them and the compute_advantage wrapper below (saves ~1.5 s of imports in
+    # processes that never build a trainer, so never call verl's compute_advantage).
     if os.environ.get("ADVBUDGET_VERL_TRAINERS", "1") != "0":
         try:
             # verl's trainer modules warn on import (ray's state API, optional engines);
@@ -65,17 +66,17 @@ if importlib.util.find_spec("verl") is not None:
                 register_trainers()
         except Exception as error:
             report_failure(error, what="the verl metrics trainers (trainer.v1.trainer_mode)")
-    # verl hands non_tensor_batch (compute_score's extra keys) to its own gdpo only.
-    try:
-        with warnings.catch_warnings():  # verl's ray_trainer warns on import, as above
-            warnings.simplefilter("ignore")
-            install_non_tensor_batch()
-    except Exception as error:
-        report_failure(
-            error,
-            what="the reward components of advbudget_gdpo (verl's compute_advantage)",
-            consequence="advbudget_gdpo will not find algorithm.gdpo_reward_keys.",
-        )
+        # verl hands non_tensor_batch (compute_score's extra keys) to its own gdpo only.
+        try:
+            with warnings.catch_warnings():  # verl's ray_trainer warns on import, as above
+                warnings.simplefilter("ignore")
+                install_non_tensor_batch()
+        except Exception as error:
+            report_failure(
+                error,
+                what="the reward components of advbudget_gdpo (verl's compute_advantage)",
+                consequence="advbudget_gdpo will not find algorithm.gdpo_reward_keys.",
+            )
     # skipped_groups=drop's sequence count runs in the actor's workers, which import this
     # module through the same hooks; a no-op for every batch without drop's flag.
     try:
