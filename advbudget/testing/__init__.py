@@ -2,7 +2,8 @@
 
 :func:`assert_close` is the check the library's own tests use: an estimator that returns
 the right numbers in the wrong namespace, dtype or device is wrong, so those are checked
-by default, not only the values.
+by default, not only the values. :func:`rounding_tolerance` is the tolerance for results
+of long sums (gradients, log-prob sums), whose rounding depends on the machine.
 
 Each framework's submodule builds that framework's own batch objects, as its trainer hands
 them to an advantage estimator, for tests and benchmarks of the adapters:
@@ -21,7 +22,7 @@ import numpy as np
 
 from ..core._arrays import device_of
 
-__all__ = ["assert_close", "to_numpy"]
+__all__ = ["assert_close", "rounding_tolerance", "to_numpy"]
 
 _UNSET: Any = object()
 
@@ -93,6 +94,47 @@ def assert_close(
     if atol is None:
         atol = 1e-12 if values.dtype == np.float64 else 2e-6
     np.testing.assert_allclose(values, reference, rtol=rtol, atol=atol)
+
+
+def rounding_tolerance(
+    expected: Any, *, terms: int, dtype: Any = None, slack: float = 4.0
+) -> float:
+    """An absolute tolerance for comparing results of long sums: ``slack · terms · eps ·
+    max|expected|``, the classic bound on the rounding of a sum of ``terms`` addends,
+    taken against the result's largest element.
+
+    For gradients, log-prob sums and other results of matrix products: how such a sum is
+    ordered depends on the batch's shape, the CPU's kernels and the thread count, so two
+    computations that are equal in exact arithmetic agree only to this bound, not to a few
+    ulps of each element (an element much smaller than the largest carries the rounding of
+    the large addends that cancelled in it). ``dtype`` is the dtype the sums accumulate in
+    (``expected``'s by default; pass ``float32`` where a kernel accumulates in it whatever
+    its inputs). A difference that the tolerance must still catch (a wrong normaliser, a
+    row left in) is a relative change of order one at that scale, far above it.
+
+    Examples:
+        >>> import numpy as np
+        >>> from advbudget.testing import rounding_tolerance
+        >>> tolerance = rounding_tolerance(np.array([2.0, -0.5]), terms=1000)
+        >>> tolerance == 4 * 1000 * 2.0**-52 * 2.0  # slack 4, float64's eps, the largest |x|
+        True
+    """
+    if terms < 1:
+        raise ValueError(f"terms: expected a positive count of addends, got {terms}")
+    values = to_numpy(expected)
+    accumulation = values.dtype if dtype is None else _numpy_dtype(dtype)
+    if not np.issubdtype(accumulation, np.floating):
+        raise ValueError(f"dtype: expected a floating dtype to accumulate in, got {accumulation}")
+    scale = float(np.max(np.abs(values))) if values.size else 0.0
+    return slack * terms * float(np.finfo(accumulation).eps) * scale
+
+
+def _numpy_dtype(dtype: Any) -> Any:
+    """A numpy, jax or torch dtype as numpy's (``torch.float32`` -> ``float32``)."""
+    try:
+        return np.dtype(dtype)
+    except TypeError:  # torch's dtypes are not numpy's
+        return np.dtype(str(dtype).removeprefix("torch."))
 
 
 def _canonical(xp: Any) -> Any:
