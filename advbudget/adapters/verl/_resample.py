@@ -13,7 +13,9 @@ ties within ``tie_rtol``/``tie_atol``, groups of one, NaN rewards under
 batches nothing more is evicted: the step trains on what it has (kept groups first; its
 skipped groups keep advantage 0), with a warning naming the counts.
 ``advbudget/generation_batches`` logs the rounds each step took (prompts generated /
-``data.train_batch_size``, rounded up).
+``data.train_batch_size``, rounded up), ``advbudget/refilled_prompts`` the prompts
+refilled. A refill asks for exactly the evicted count: the trainer sets
+``data.gen_batch_size=1`` so that verl's dataloader can serve any count.
 """
 
 from __future__ import annotations
@@ -174,6 +176,7 @@ def _make_sampler(base: type) -> type:
             batch, metrics = super().sample(global_steps, partition_id, batch_size)
             rounds = self.generation_batches()
             metrics["advbudget/generation_batches"] = float(rounds)
+            metrics["advbudget/refilled_prompts"] = float(self._generated)
             if self._capped:
                 cache = self._dapo_classification_cache[partition_id]
                 uids = {key.split("_")[0] for key in batch.keys}

@@ -247,10 +247,24 @@ def _use_resample_sampler(config: Any) -> str:
     sampler = config.trainer.v1.sampler
     sampler.custom_sampler = {"path": SAMPLER_PATH, "name": SAMPLER_NAME}
     sampler.sampler_kwargs = {**(sampler.get("sampler_kwargs") or {}), "advbudget": settings}
+    # A refill replaces as many prompts as were evicted, fetched in whole gen_batch_size
+    # chunks: verl forces 1 for its own DAPO filter (trainer_base.py:727-739), not for a
+    # custom sampler, and a refill of fewer than train_batch_size prompts then raises
+    # (trainer_base.py:1485, "num_prompts ... must be a positive multiple").
+    gen_batch_size = config.data.get("gen_batch_size", None)
+    if gen_batch_size not in (None, 1):
+        warnings.warn(
+            f"advbudget: skipped_groups=resample refills prompt by prompt: "
+            f"data.gen_batch_size={gen_batch_size} is overridden to 1 (as verl's own "
+            "algorithm.filter_groups does)",
+            UserWarning,
+            stacklevel=3,
+        )
+    config.data.gen_batch_size = 1
     return (
         f"advbudget: skipped_groups=resample: verl's replay buffer replaces the groups "
         f"{estimator} skips, at most {settings['max_generation_batches']} generation rounds "
-        "a step (advbudget/generation_batches)"
+        "a step (advbudget/generation_batches); data.gen_batch_size=1"
     )
 
 

@@ -28,7 +28,9 @@ Three runs (module fixtures, ~1-3 min each on 2 cores) cover it all:
 - E: the V1 trainer with ``skipped_groups=drop``, ``seq-mean-token-mean``, 1 rank, and a
   reward with dead prompts (``dead_prompts``: step 1 has half its groups skipped, step 2
   all of them, with the sample's order);
-- F: E's reward with ``skipped_groups=resample`` and ``max_generation_batches=3``.
+- F: ``skipped_groups=resample`` with ``max_generation_batches=2``, the prompts in file
+  order and dead ones chosen by answer: step 1 refills fewer prompts than a train batch,
+  step 2 reaches the cap.
 """
 
 from __future__ import annotations
@@ -236,15 +238,25 @@ def run_e(base: Path) -> Run:
     )
 
 
+# F's prompts in file order (data.shuffle=False): the bundled sample's 12 training
+# answers. Step 1 draws the first 4, one dead: it refills 1 or 2 prompts (whatever the
+# timing), fewer than data.train_batch_size (4), and needs one live refill ("0"). From
+# the 6th on all are dead but 88 and the wrap-around's: step 2 reaches the cap of 2 rounds
+# with one live group at least (88, in its batch or first refill).
+F_ANSWERS = ["77", "8", "-12", "-105", "0", "-20", "-6", "7", "62", "88", "18", "6"]
+F_DEAD = ["77", "-20", "-6", "7", "62", "18", "6"]
+
+
 @pytest.fixture(scope="module")
 def run_f(base: Path) -> Run:
-    """V1, reward_budget, skipped_groups=resample (3 rounds at most), dead prompts."""
+    """V1, reward_budget, skipped_groups=resample (2 rounds at most), fixed dead prompts."""
     return run_example(
         base,
         "f",
         "+algorithm.advbudget.skipped_groups=resample",
-        "+algorithm.advbudget.max_generation_batches=3",
-        "+reward.custom_reward_function.reward_kwargs.dead_prompts=true",
+        "+algorithm.advbudget.max_generation_batches=2",
+        "data.shuffle=False",
+        f"+reward.custom_reward_function.reward_kwargs.dead_answers=[{','.join(F_DEAD)}]",
         "trainer.save_freq=-1",
         RUN_NAME="tiny-qwen3_v1_resample",
         TOTAL_STEPS="2",
@@ -383,22 +395,31 @@ def test_e_drop_in_the_real_loop(run_e: Run) -> None:
     assert ("actor/grad_norm" in step_2) is not all_dead, step_2
 
 
-def test_f_resample_in_the_real_loop(run_f: Run) -> None:
+def test_f_resample_in_the_real_loop(run_f: Run, base: Path) -> None:
     """resample through verl's own replay-buffer loop and custom-sampler hook: dead groups
-    are evicted and refilled (verl's counter), the rounds are logged and capped, and a
-    step that reaches the cap says so and trains on fewer skipped groups than it drew."""
+    are evicted and refilled (verl's counter); a refill of fewer prompts than a train batch
+    goes through (it raised in verl's dataloader fetch before data.gen_batch_size=1); the
+    rounds are logged and capped, and a step that reaches the cap says so and trains on
+    what it drew, kept groups first."""
+    import pandas as pd
+
+    train = pd.read_parquet(base / "dapo" / "verl" / "train.parquet")
+    assert [row["ground_truth"] for row in train["reward_model"]] == F_ANSWERS
     run_f.check()
     assert sorted(run_f.steps) == [1, 2], run_f.tail()
     assert "skipped_groups=resample: verl's replay buffer replaces the groups reward_budget" in (
         run_f.console
     )
-    for step, metrics in run_f.steps.items():
-        assert metrics["training/filter_groups/evicted_samples"] > 0, (step, metrics)
-        rounds = metrics["advbudget/generation_batches"]
-        assert 1 < rounds <= 3 + 1, (step, metrics)  # verl refills up to a batch past it
-        if rounds >= 3:
-            assert f"step {step} reached max_generation_batches=3" in run_f.console or (
-                metrics["advbudget/skipped_group_fraction"] == 0
-            ), (step, metrics)
-        assert metrics["advbudget/skipped_group_fraction"] < 0.5, (step, metrics)
-        assert metrics["actor/grad_norm"] > 0
+    first, second = run_f.steps[1], run_f.steps[2]
+    assert first["training/filter_groups/evicted_samples"] > 0, first
+    assert 0 < first["advbudget/refilled_prompts"] < 4, first  # the case that crashed
+    assert first["advbudget/generation_batches"] == 2, first
+    assert first["advbudget/skipped_group_fraction"] == 0, first
+    assert second["training/filter_groups/evicted_samples"] > 0, second
+    assert 2 <= second["advbudget/generation_batches"] <= 3, second  # up to a batch past it
+    assert "step 2 reached max_generation_batches=2" in run_f.console or (
+        second["advbudget/skipped_group_fraction"] == 0
+    ), second
+    assert second["advbudget/skipped_group_fraction"] < 1, second  # 88 is kept first
+    for metrics in (first, second):
+        assert metrics["actor/grad_norm"] > 0, metrics

@@ -632,6 +632,39 @@ def test_resample_maps_onto_verls_trainer_and_replay_buffer(
     assert settings["max_generation_batches"] == 3
     assert settings["algorithm"]["advbudget"]["tie_atol"] == 0.01
 
+    # A refill of one prompt (one dead group) through verl's own fetch: with the
+    # dataloader's default chunk (train_batch_size) it raised "num_prompts (1) must be a
+    # positive multiple of gen_batch_size (6)" and the run died.
+    assert mapped.data.gen_batch_size == 1
+    from verl.utils import tensordict_utils as tu
+
+    trainer.global_steps = 1
+    trainer._fetch_one_gen_batch = lambda: tu.get_tensordict({"x": torch.zeros(1, 2)})
+    for count in (1, 5):
+        assert len(trainer._next_train_batch(count)) == count
+
+
+def test_resample_overrides_another_gen_batch_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    from advbudget.adapters.verl.check_config import compose_config
+
+    config = compose_config(
+        [
+            "algorithm.adv_estimator=reward_budget",
+            "trainer.use_v1=true",
+            "trainer.v1.trainer_mode=advbudget_sync",
+            "data.train_batch_size=6",
+            "+data.gen_batch_size=3",
+            "+algorithm.advbudget.skipped_groups=resample",
+        ]
+    )
+    seen = []
+    monkeypatch.setattr(PPOTrainer, "__init__", lambda self, config: seen.append(config))
+    with pytest.warns(UserWarning, match=r"data\.gen_batch_size=3 is overridden to 1"):
+        _trainer_class()(config)
+    assert seen[0].data.gen_batch_size == 1
+
 
 def test_resample_caps_the_rounds_and_logs_them(monkeypatch: pytest.MonkeyPatch) -> None:
     """Refills count as generation; once the step's prompts reach max_generation_batches
@@ -674,6 +707,7 @@ def test_resample_caps_the_rounds_and_logs_them(monkeypatch: pytest.MonkeyPatch)
     ):
         _, metrics = sampler.sample(7, "train", 2)
     assert metrics["advbudget/generation_batches"] == 3.0
+    assert metrics["advbudget/refilled_prompts"] == 3.0
     assert metrics["train/filter_groups/evicted_samples"] == 2
 
 

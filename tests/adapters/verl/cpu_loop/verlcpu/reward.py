@@ -8,11 +8,18 @@ text alone lets a few updates make whole groups constant)."""
 
 from __future__ import annotations
 
+import collections
 import itertools
+import threading
 import zlib
+from collections.abc import Iterable
 from typing import Any
 
 _calls = itertools.count()
+
+
+_calls_per_answer: collections.Counter[str] = collections.Counter()
+_lock = threading.Lock()  # verl's reward loop scores in an executor's threads
 
 
 def compute_score(
@@ -21,11 +28,24 @@ def compute_score(
     ground_truth: Any,
     extra_info: Any = None,
     dead_prompts: bool = False,
+    dead_answers: Iterable[Any] | None = None,
     **_: Any,
 ) -> float:
     """``dead_prompts`` (``+reward.custom_reward_function.reward_kwargs.dead_prompts=true``):
     the problems whose answer has an even crc32 score 1 for every response (dead groups,
-    for ``skipped_groups=drop``)."""
-    if dead_prompts and zlib.crc32(str(ground_truth).encode()) % 2 == 0:
+    for ``skipped_groups=drop``).
+
+    ``dead_answers`` (``...reward_kwargs.dead_answers=[77,-20]``): exactly these problems
+    are dead, and every other group is mixed for sure: a problem's responses score the
+    parity of its own call count in this process (``reward.num_workers=1``), so any 2
+    consecutive responses of one group differ. Which groups a step evicts is then fixed."""
+    answer = str(ground_truth)
+    if dead_answers is not None:
+        if answer in {str(a) for a in dead_answers}:
+            return 1.0
+        with _lock:
+            _calls_per_answer[answer] += 1
+            return float(_calls_per_answer[answer] % 2)
+    if dead_prompts and zlib.crc32(answer.encode()) % 2 == 0:
         return 1.0
     return float(zlib.crc32(f"{next(_calls)}:{solution_str}".encode()) % 2)
