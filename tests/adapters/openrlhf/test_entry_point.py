@@ -4,11 +4,18 @@ and preconditions, parse-only mode."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import shutil
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -178,36 +185,94 @@ print("PATCHED_IN_ACTOR", ray.get(Probe.remote().installed.remote(), timeout=120
 """
 
 
+# Every port `ray start --head` opens, each given a free one: at Ray's defaults a second
+# Ray on the machine (a user's, another suite's) can hold them, and the head's dashboard
+# agent then never registers ("No available agent to submit job").
+RAY_PORT_FLAGS = (
+    "--port",
+    "--dashboard-port",
+    "--dashboard-agent-listen-port",
+    "--dashboard-agent-grpc-port",
+    "--metrics-export-port",
+    "--runtime-env-agent-port",
+    "--node-manager-port",
+    "--object-manager-port",
+    "--ray-client-server-port",
+)
+
+
+def _free_ports(count: int) -> list[int]:
+    """Ports no process listens on now (the OS picks them; all held until all are known)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+@dataclass
+class RayHead:
+    ray_bin: str
+    address: str  # the job server (dashboard)
+    temp_dir: Path  # this cluster's sessions and logs, nobody else's
+
+    def agent_log(self, lines: int = 40) -> str:
+        """The tail of the head's dashboard agent log: why it did not register."""
+        logs = sorted((self.temp_dir / "session_latest" / "logs").glob("dashboard_agent*"))
+        if not logs:
+            return f"no dashboard agent log under {self.temp_dir}"
+        text = logs[-1].read_text(errors="replace").splitlines()[-lines:]
+        return f"--- {logs[-1].name} ---\n" + "\n".join(text)
+
+
 @pytest.fixture(scope="module")
 def ray_cluster(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    """A one-node Ray cluster with the job server (``ray start --head``), stopped after."""
+    """A one-node Ray cluster with the job server (``ray start --head --block``) on free
+    ports and its own temp dir; stopped after by ending its process group, so that no
+    other Ray on the machine is touched (``ray stop`` would stop every one)."""
     pytest.importorskip("ray.dashboard")
     ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
-    port = "8279"
-    start = subprocess.run(
-        [ray_bin, "start", "--head", "--num-cpus", "1", "--port", "6389",
-         "--dashboard-port", port, "--disable-usage-stats"],
-        capture_output=True, text=True, timeout=180, check=False,
-    )  # fmt: skip
-    if start.returncode:
-        pytest.fail(f"ray start failed: {start.stderr[-2000:]}")
+    ports = dict(zip(RAY_PORT_FLAGS, _free_ports(len(RAY_PORT_FLAGS)), strict=True))
+    temp_dir = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))  # sockets: paths < 108 chars
+    command = [ray_bin, "start", "--head", "--block", "--num-cpus", "1",
+               "--disable-usage-stats", "--temp-dir", str(temp_dir),
+               *(str(item) for pair in ports.items() for item in pair)]  # fmt: skip
+    log = temp_dir / "ray-start.log"
+    with open(log, "w") as out:
+        head = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
     try:
-        yield ray_bin, f"http://127.0.0.1:{port}", tmp_path_factory.mktemp("job")
+        deadline = time.monotonic() + 180
+        while "Ray runtime started" not in log.read_text(errors="replace"):
+            if head.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"ray start failed: {log.read_text(errors='replace')[-3000:]}")
+            time.sleep(0.5)
+        address = f"http://127.0.0.1:{ports['--dashboard-port']}"
+        yield RayHead(ray_bin, address, temp_dir), tmp_path_factory.mktemp("job")
     finally:
-        subprocess.run([ray_bin, "stop", "--force"], capture_output=True, timeout=120, check=False)
+        head.terminate()  # ray start --block stops the processes it started
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            head.wait(timeout=60)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(head.pid, signal.SIGKILL)  # what is left of its process group
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 @pytest.mark.parametrize("hook_in_job", [True, False])
 def test_ray_job_submit(ray_cluster, hook_in_job: bool) -> None:  # type: ignore[no-untyped-def]
     """Under ``ray job submit`` the entry point's ``ray.init`` joins the job's runtime env
     (with or without the hook in ``--runtime-env-json``) and the actors are patched."""
-    ray_bin, address, workdir = ray_cluster
+    head, workdir = ray_cluster
     (workdir / "probe.py").write_text(PROBE)
     job_env: dict = {"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", "")}}
     if hook_in_job:
         job_env["worker_process_setup_hook"] = HOOK
     command = [
-        ray_bin, "job", "submit", "--address", address, "--working-dir", str(workdir),
+        head.ray_bin, "job", "submit", "--address", head.address, "--working-dir", str(workdir),
         "--runtime-env-json", json.dumps(job_env), "--", sys.executable, "probe.py",
     ]  # fmt: skip
     # The head's dashboard agent registers some seconds after `ray start` returns (longer
@@ -215,8 +280,10 @@ def test_ray_job_submit(ray_cluster, hook_in_job: bool) -> None:  # type: ignore
     deadline = time.monotonic() + 120
     while True:
         out = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
-        if "No available agent" not in out.stderr or time.monotonic() > deadline:
+        if "No available agent" not in out.stderr:
             break
+        if time.monotonic() > deadline:
+            pytest.fail(f"the head's dashboard agent never registered (120 s)\n{head.agent_log()}")
         time.sleep(3)
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
     assert "PATCHED_IN_ACTOR True" in out.stdout

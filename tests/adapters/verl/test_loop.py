@@ -120,7 +120,7 @@ def _run_example(base: Path, name: str, *overrides: str, **env: str) -> Run:
     out.mkdir()
     ray_tmp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # sockets: paths < 108 chars
     environ = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"},  # never another Ray
         "CPU_LOOP": "1",
         "CPU_DIR": str(base),
         "PYTHON": sys.executable,

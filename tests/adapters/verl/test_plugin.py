@@ -61,7 +61,8 @@ def test_inside_a_ray_actor_from_the_entry_points_alone() -> None:
         import warnings
         warnings.simplefilter("ignore")
         import ray
-        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False,
+        # address="local": a fresh instance, never another Ray running on the machine
+        ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False,
                  runtime_env={{"env_vars": {{"ADVBUDGET_VERL_TRAINERS": "0"}}}})
 
         @ray.remote(num_cpus=1)

@@ -120,7 +120,8 @@ def test_inside_a_ray_actor() -> None:
         import warnings
         warnings.simplefilter("ignore")
         import ray
-        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False,
+        # address="local": a fresh instance, never another Ray running on the machine
+        ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False,
                  runtime_env={"env_vars": {
                      "VERL_USE_EXTERNAL_MODULES": "advbudget.adapters.verl",
                      "VERL_USE_EXTERNAL_PLUGINS": "none",

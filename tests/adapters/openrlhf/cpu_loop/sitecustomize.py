@@ -45,10 +45,14 @@ def _patch_torch(torch: Any) -> None:
 
 
 def _patch_ray(ray: Any) -> None:
-    # The driver's local cluster: no dashboard (a process and seconds of CPU for nothing).
+    # The driver's local cluster: a new one (its ports picked free), never another Ray on
+    # the machine that ray.init would join; no dashboard (a process and seconds of CPU for
+    # nothing).
     init = ray.init
 
     def cpu_init(*args: Any, **kwargs: Any) -> Any:
+        if not args:
+            kwargs.setdefault("address", "local")
         kwargs.setdefault("include_dashboard", False)
         return init(*args, **kwargs)
 

@@ -48,6 +48,9 @@ OVERRIDES = [
     "trainer.nnodes=1",
     "ray_kwargs.ray_init.num_cpus=8",
     "++ray_kwargs.ray_init.include_dashboard=False",
+    # A cluster of its own (its ports picked free), never another Ray on the machine that
+    # ray.init would join (RAY_ADDRESS, or the address file of a running one).
+    "++ray_kwargs.ray_init.address=local",
     "actor_rollout_ref.rollout.name=hfcpu",
     "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
     "actor_rollout_ref.rollout.calculate_log_probs=True",  # training/rollout_probs_diff_*
