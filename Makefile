@@ -9,12 +9,22 @@ TORCH_PIN ?= torch==2.13.0
 # serve the CPU wheel locally). Elsewhere: make test TORCH_INDEX=https://download.pytorch.org/whl/cpu
 TORCH_INDEX ?=
 STAMP := $(VENV)/.installed
+# Each environment installs under pip constraints: the versions `make test` was last
+# green with (constraints/NAME.txt, written by `make lock` and committed). Empty: no
+# constraints, what the registry serves today (`make test-latest`).
+CONSTRAINTS ?= constraints
 
-.PHONY: test demo bench lint typecheck clean test-core test-verl test-trl test-openrlhf test-tunix bench-verl bench-trl bench-openrlhf bench-tunix bench-rewards
+.PHONY: test test-latest lock lock-latest demo bench lint typecheck clean test-core test-verl test-trl test-openrlhf test-tunix bench-verl bench-trl bench-openrlhf bench-tunix bench-rewards
 
-# $(call install_torch,DIR): torch from its pin, before anything that depends on it.
+# $(call constrain,NAME): pip's option for the constraints of environment NAME (none when
+# CONSTRAINTS is empty); $(call constraints_file,NAME): the file, a prerequisite of its
+# environment (so that a new lock rebuilds it).
+constrain = $(if $(CONSTRAINTS),-c $(CONSTRAINTS)/$(1).txt)
+constraints_file = $(if $(CONSTRAINTS),$(CONSTRAINTS)/$(1).txt)
+
+# $(call install_torch,DIR,NAME): torch from its pin, before anything that depends on it.
 define install_torch
-	$(1)/bin/python -m pip install --quiet "$(TORCH_PIN)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	$(1)/bin/python -m pip install --quiet "$(TORCH_PIN)" $(call constrain,$(2)) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 endef
 
 # $(call require_cpu_torch,DIR): fail, rather than test on a CUDA build pip fetched silently
@@ -27,20 +37,20 @@ define require_cpu_torch
 	  if cuda and not os.environ.get('ALLOW_CUDA_TORCH') else None"
 endef
 
-# $(call environment,DIR,EXTRAS[,PINS]): a virtual environment with torch from its pin first,
-# then advbudget (editable) with EXTRAS, the test runner and PINS (requirements resolved with
-# them, e.g. an older framework version).
+# $(call environment,DIR,NAME,EXTRAS[,PINS]): a virtual environment with torch from its pin
+# first, then advbudget (editable) with EXTRAS, the test runner and PINS (requirements
+# resolved with them, e.g. an older framework version), under NAME's constraints.
 define environment
 	$(PYTHON) -m venv $(1)
 	$(1)/bin/python -m pip install --quiet --upgrade pip
-	$(call install_torch,$(1))
-	$(1)/bin/python -m pip install --quiet -e ".[$(2)]" pytest hypothesis $(3)
+	$(call install_torch,$(1),$(2))
+	$(1)/bin/python -m pip install --quiet -e ".[$(3)]" pytest hypothesis $(4) $(call constrain,$(2))
 	$(call require_cpu_torch,$(1))
 	touch $(1)/.installed
 endef
 
-$(STAMP): pyproject.toml
-	$(call environment,$(VENV),test)
+$(STAMP): pyproject.toml $(call constraints_file,core)
+	$(call environment,$(VENV),core,test)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -50,6 +60,36 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 test: lint typecheck test-core test-verl test-trl test-openrlhf test-tunix
+
+# The same environments and suites with what the registry serves today, in .venv-latest*:
+# what a new release of a dependency breaks, before a user meets it.
+LATEST_ENVS := CONSTRAINTS= VENV=.venv-latest VENV_VERL=.venv-latest-verl \
+  VENV_TRL=.venv-latest-trl VENV_TRL_OLDEST=.venv-latest-trl-oldest \
+  VENV_OPENRLHF=.venv-latest-openrlhf VENV_TUNIX=.venv-latest-tunix
+test-latest:
+	$(MAKE) test $(LATEST_ENVS)
+
+# constraints/NAME.txt from each environment of `make test` as it stands (run after a green
+# `make test`; `make lock-latest` takes the .venv-latest* ones after a green test-latest):
+# every installed version but advbudget's own packages and torch (TORCH_PIN decides it).
+LOCK_DIR ?= constraints
+LOCKED = core:$(VENV) verl:$(VENV_VERL) trl:$(VENV_TRL) trl-oldest:$(VENV_TRL_OLDEST) \
+  openrlhf:$(VENV_OPENRLHF) tunix:$(VENV_TUNIX)
+lock:
+	@mkdir -p $(LOCK_DIR)
+	@for pair in $(LOCKED); do \
+	  name=$${pair%%:*}; venv=$${pair#*:}; \
+	  test -x $$venv/bin/python || { echo "lock: $$venv is missing: run make test first" >&2; exit 1; }; \
+	  { echo "# make test's $$name environment: the versions it was last green with"; \
+	    echo "# (make lock, $$(date -u +%F), $$($$venv/bin/python -c 'import platform as p; print("Python", p.python_version(), p.system(), p.machine())'))."; \
+	    echo "# make test-latest builds without it."; \
+	    $$venv/bin/python -m pip freeze --exclude-editable | grep -v -e ' @ ' -e '^torch=='; \
+	  } > $(LOCK_DIR)/$$name.txt; \
+	  echo "$(LOCK_DIR)/$$name.txt: $$venv"; \
+	done
+
+lock-latest:
+	$(MAKE) lock $(LATEST_ENVS)
 
 test-core: $(STAMP)
 	ADVBUDGET_REQUIRE_BACKENDS=1 $(BIN)/python -m pytest -n 2
@@ -61,8 +101,8 @@ VENV_VERL ?= .venv-verl
 # advbudget.estimators entry point must reach the trainer by name.
 PLUGIN := tests/plugin
 
-$(VENV_VERL)/.installed: pyproject.toml $(PLUGIN)/pyproject.toml
-	$(call environment,$(VENV_VERL),verl)
+$(VENV_VERL)/.installed: pyproject.toml $(PLUGIN)/pyproject.toml $(call constraints_file,verl)
+	$(call environment,$(VENV_VERL),verl,verl)
 	$(VENV_VERL)/bin/python -m pip install --quiet --no-deps ./$(PLUGIN)
 
 test-verl: $(VENV_VERL)/.installed
@@ -77,12 +117,13 @@ bench-verl: $(VENV_VERL)/.installed
 VENV_TRL ?= .venv-trl
 VENV_TRL_OLDEST ?= .venv-trl-oldest
 TRL_OLDEST_PIN ?= trl==1.13.*
-$(VENV_TRL)/.installed: pyproject.toml $(PLUGIN)/pyproject.toml
-	$(call environment,$(VENV_TRL),lm)
+$(VENV_TRL)/.installed: pyproject.toml $(PLUGIN)/pyproject.toml $(call constraints_file,trl)
+	$(call environment,$(VENV_TRL),trl,lm)
 	$(VENV_TRL)/bin/python -m pip install --quiet --no-deps ./$(PLUGIN)
 
-$(VENV_TRL_OLDEST)/.installed: pyproject.toml $(PLUGIN)/pyproject.toml
-	$(call environment,$(VENV_TRL_OLDEST),lm,"$(TRL_OLDEST_PIN)")
+$(VENV_TRL_OLDEST)/.installed: pyproject.toml $(PLUGIN)/pyproject.toml \
+    $(call constraints_file,trl-oldest)
+	$(call environment,$(VENV_TRL_OLDEST),trl-oldest,lm,"$(TRL_OLDEST_PIN)")
 	$(VENV_TRL_OLDEST)/bin/python -m pip install --quiet --no-deps ./$(PLUGIN)
 
 TRL_SUITE := tests/adapters/trl advbudget/adapters/trl
@@ -97,15 +138,19 @@ bench-trl: $(VENV_TRL)/.installed
 # OpenRLHF --no-deps and its other requirements by hand (GPU users: pip install
 # "advbudget[openrlhf]"); the tests put import stubs for flash_attn and vllm on the path.
 VENV_OPENRLHF ?= .venv-openrlhf
-$(VENV_OPENRLHF)/.installed: pyproject.toml $(PLUGIN)/pyproject.toml
+OPENRLHF_PINS := $(call constrain,openrlhf)
+$(VENV_OPENRLHF)/.installed: pyproject.toml $(PLUGIN)/pyproject.toml \
+    $(call constraints_file,openrlhf)
 	$(PYTHON) -m venv $(VENV_OPENRLHF)
 	$(VENV_OPENRLHF)/bin/python -m pip install --quiet --upgrade pip
-	$(call install_torch,$(VENV_OPENRLHF))
-	$(VENV_OPENRLHF)/bin/python -m pip install --quiet --no-deps openrlhf==0.11.2
+	$(call install_torch,$(VENV_OPENRLHF),openrlhf)
+	$(VENV_OPENRLHF)/bin/python -m pip install --quiet --no-deps openrlhf==0.11.2 $(OPENRLHF_PINS)
 	$(VENV_OPENRLHF)/bin/python -m pip install --quiet "ray[default]==2.55.0" transformers==5.15.0 \
-	  peft pylatexenc aiohttp torchdata pillow datasets accelerate
-	$(VENV_OPENRLHF)/bin/python -m pip install --quiet --no-build-isolation deepspeed==0.19.6
-	$(VENV_OPENRLHF)/bin/python -m pip install --quiet -e ".[data,rewards]" pytest hypothesis
+	  peft pylatexenc aiohttp torchdata pillow datasets accelerate $(OPENRLHF_PINS)
+	$(VENV_OPENRLHF)/bin/python -m pip install --quiet --no-build-isolation deepspeed==0.19.6 \
+	  $(OPENRLHF_PINS)
+	$(VENV_OPENRLHF)/bin/python -m pip install --quiet -e ".[data,rewards]" pytest hypothesis \
+	  $(OPENRLHF_PINS)
 	$(VENV_OPENRLHF)/bin/python -m pip install --quiet --no-deps ./$(PLUGIN)
 	$(call require_cpu_torch,$(VENV_OPENRLHF))
 	touch $@
@@ -118,10 +163,11 @@ bench-openrlhf: $(VENV_OPENRLHF)/.installed
 
 # tunix is JAX-only: no torch to pin (its environment would not use one), jax on CPU.
 VENV_TUNIX ?= .venv-tunix
-$(VENV_TUNIX)/.installed: pyproject.toml $(PLUGIN)/pyproject.toml
+$(VENV_TUNIX)/.installed: pyproject.toml $(PLUGIN)/pyproject.toml $(call constraints_file,tunix)
 	$(PYTHON) -m venv $(VENV_TUNIX)
 	$(VENV_TUNIX)/bin/python -m pip install --quiet --upgrade pip
-	$(VENV_TUNIX)/bin/python -m pip install --quiet -e ".[tunix]" pytest hypothesis
+	$(VENV_TUNIX)/bin/python -m pip install --quiet -e ".[tunix]" pytest hypothesis \
+	  $(call constrain,tunix)
 	$(VENV_TUNIX)/bin/python -m pip install --quiet --no-deps ./$(PLUGIN)
 	$(VENV_TUNIX)/bin/python -c "import importlib.util, sys; \
 	  sys.exit('$(VENV_TUNIX): torch got installed; the tunix environment should have none') \
@@ -135,12 +181,12 @@ bench-tunix: $(VENV_TUNIX)/.installed
 	$(VENV_TUNIX)/bin/python benchmarks/tunix_adapter.py
 
 # The demo needs numpy and matplotlib only (the lab is numpy): its own small environment,
-# no torch, no test stack.
+# no torch, no test stack; the core environment's versions.
 VENV_DEMO ?= .venv-demo
-$(VENV_DEMO)/.installed: pyproject.toml
+$(VENV_DEMO)/.installed: pyproject.toml $(call constraints_file,core)
 	$(PYTHON) -m venv $(VENV_DEMO)
 	$(VENV_DEMO)/bin/python -m pip install --quiet --upgrade pip
-	$(VENV_DEMO)/bin/python -m pip install --quiet -e ".[plot]"
+	$(VENV_DEMO)/bin/python -m pip install --quiet -e ".[plot]" $(call constrain,core)
 	touch $@
 
 demo: $(VENV_DEMO)/.installed
@@ -163,4 +209,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/report.py
 
 clean:
-	rm -rf $(VENV) $(VENV_DEMO) $(VENV_VERL) $(VENV_TRL) $(VENV_TRL_OLDEST) $(VENV_OPENRLHF) $(VENV_TUNIX) .pytest_cache .mypy_cache .ruff_cache demo
+	rm -rf $(VENV) $(VENV_DEMO) $(VENV_VERL) $(VENV_TRL) $(VENV_TRL_OLDEST) $(VENV_OPENRLHF) $(VENV_TUNIX) .venv-latest* .pytest_cache .mypy_cache .ruff_cache demo

@@ -1,9 +1,11 @@
 """The Makefile's environments: torch from its CPU pin before anything else, a loud failure
-when pip brought a CUDA build anyway, and a demo environment with no ML framework."""
+when pip brought a CUDA build anyway, a demo environment with no ML framework, and the
+constraints each environment is built under (``make lock``, ``make test-latest``)."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,7 +28,8 @@ def _recipe(target: str, *variables: str) -> list[str]:
         text=True,
         check=True,
     )
-    return [line for line in out.stdout.splitlines() if line.strip()]
+    commands = out.stdout.replace("\\\n", " ")  # a command continued over lines is one
+    return [line for line in commands.splitlines() if line.strip()]
 
 
 @pytest.mark.parametrize("venv", TRAINER_STAMPS)
@@ -89,7 +92,7 @@ def test_trl_suite_runs_on_the_newest_and_the_oldest_supported_trl() -> None:
     (spec,) = [r for r in extras["optional-dependencies"]["trl"] if r.startswith("trl>=")]
     low = spec.removeprefix("trl>=").split(",")[0].removesuffix(".0")
     (pin,) = [line for line in _recipe(".venv-trl-oldest/.installed") if '-e ".[lm]"' in line]
-    assert pin.endswith(f'"trl=={low}.*"'), (spec, pin)
+    assert f'"trl=={low}.*"' in pin, (spec, pin)
 
 
 def test_demo_environment_installs_no_ml_framework() -> None:
@@ -101,3 +104,109 @@ def test_demo_environment_installs_no_ml_framework() -> None:
     runs = [line for line in lines if "advbudget " in line and "pip" not in line]
     assert runs
     assert all(line.startswith(".venv-demo/bin/") for line in runs), runs
+
+
+#: make test's environments and their constraints files (constraints/NAME.txt).
+ENVIRONMENTS = {
+    ".venv": "core",
+    ".venv-verl": "verl",
+    ".venv-trl": "trl",
+    ".venv-trl-oldest": "trl-oldest",
+    ".venv-openrlhf": "openrlhf",
+    ".venv-tunix": "tunix",
+}
+
+
+def _installs(lines: list[str]) -> list[str]:
+    """The pip installs that resolve requirements (not pip itself, not the plugin, which
+    installs --no-deps)."""
+    return [
+        line
+        for line in lines
+        if "pip install" in line and "--upgrade pip" not in line and "./tests/plugin" not in line
+    ]
+
+
+@pytest.mark.parametrize("venv", ENVIRONMENTS)
+def test_every_install_takes_the_environments_constraints(venv: str) -> None:
+    """A fresh clone installs what was tested; CONSTRAINTS= (test-latest) lifts them."""
+    name = ENVIRONMENTS[venv]
+    installs = _installs(_recipe(f"{venv}/.installed"))
+    assert installs
+    for line in installs:
+        assert f"-c constraints/{name}.txt" in line, line
+    assert all(
+        " -c " not in line for line in _installs(_recipe(f"{venv}/.installed", "CONSTRAINTS="))
+    )
+
+
+def test_test_latest_builds_other_environments_without_constraints() -> None:
+    lines = _recipe("test-latest")
+    installs = _installs(lines)
+    assert installs
+    assert all(" -c " not in line for line in installs)
+    assert all(line.startswith(".venv-latest") for line in installs), installs
+    runs = [line for line in lines if "-m pytest" in line]
+    pythons = [next(word for word in run.split() if "/bin/python" in word) for run in runs]
+    assert {python.split("/")[0] for python in pythons} == {
+        venv.replace(".venv", ".venv-latest") for venv in ENVIRONMENTS
+    }
+
+
+@pytest.mark.parametrize("name", ENVIRONMENTS.values())
+def test_constraints_files_are_dated_pins_without_torch_or_advbudget(name: str) -> None:
+    lines = (ROOT / "constraints" / f"{name}.txt").read_text().splitlines()
+    header = "\n".join(line for line in lines if line.startswith("#"))
+    assert re.search(r"\(make lock, \d{4}-\d{2}-\d{2}, Python 3\.\d+", header), header
+    pins = [line for line in lines if line and not line.startswith("#")]
+    assert pins
+    for pin in pins:
+        assert re.fullmatch(r"[A-Za-z0-9_.-]+==\S+", pin), pin
+    names = {pin.split("==")[0].lower() for pin in pins}
+    assert "torch" not in names  # TORCH_PIN decides it
+    assert not {n for n in names if n.startswith("advbudget")}
+
+
+def test_readme_names_the_versions_make_test_installs() -> None:
+    """Each version README's table gives is the one its environment's constraints pin."""
+    readme = (ROOT / "README.md").read_text()
+    rows = re.findall(r"^\| `(\.venv[\w-]*)` \| `([\w-]+\.txt)` \| (.+) \|$", readme, re.M)
+    assert {venv for venv, _, _ in rows} == set(ENVIRONMENTS)
+    for venv, file, frameworks in rows:
+        assert file == f"{ENVIRONMENTS[venv]}.txt", venv
+        pinned = set((ROOT / "constraints" / file).read_text().splitlines())
+        versions = re.findall(r"`([\w.-]+==[\w.]+)`", frameworks)
+        assert versions, venv
+        for version in versions:
+            assert version in pinned, f"README: {venv} {version}, not in constraints/{file}"
+
+
+def test_lock_writes_each_environments_versions(tmp_path: Path) -> None:
+    """make lock freezes each environment (here all of them: this test's own) into a dated
+    constraints file, leaving out torch and advbudget's own packages."""
+    import numpy as np
+
+    here = sys.prefix
+    venvs = [f"{variable}={here}" for variable in ("VENV", "VENV_VERL", "VENV_TRL",
+             "VENV_TRL_OLDEST", "VENV_OPENRLHF", "VENV_TUNIX")]  # fmt: skip
+    out = subprocess.run(
+        ["make", "-s", "-C", str(ROOT), "lock", f"LOCK_DIR={tmp_path}", *venvs],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert sorted(p.stem for p in tmp_path.glob("*.txt")) == sorted(ENVIRONMENTS.values())
+    text = (tmp_path / "verl.txt").read_text()
+    assert text.startswith("# make test's verl environment: the versions it was last green")
+    assert f"\nnumpy=={np.__version__}\n" in text
+    assert "\ntorch==" not in text
+    assert "advbudget" not in text.split("\n", 3)[3]  # the pins, after the header
+    missing = subprocess.run(
+        ["make", "-s", "-C", str(ROOT), "lock", f"LOCK_DIR={tmp_path}", "VENV=/nonexistent"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert missing.returncode != 0
+    assert "lock: /nonexistent is missing: run make test first" in missing.stderr
