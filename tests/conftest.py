@@ -19,6 +19,12 @@ BACKENDS = ("numpy", "array_api_strict", "torch", "jax")
 # `make test` and CI set this: a backend that fails to import is then an error, not a skip.
 REQUIRE_ALL = os.environ.get("ADVBUDGET_REQUIRE_BACKENDS") == "1"
 
+# Ray runs its workers at nice 15 (its worker_niceness): beside any busy process of normal
+# priority they starve. Measured on 2 cores with two busy loops beside: a Ray actor that
+# imports verl took 177 s (5 s on a quiet machine) and the verl plugin test timed out.
+# Every Ray these tests start (in process, `ray start`, the loop runs) inherits this.
+os.environ.setdefault("RAY_worker_niceness", "0")
+
 
 def load_namespace(name: str) -> Any:
     """The Array API namespace of backend ``name``, or skip when it is not installed."""
