@@ -10,9 +10,15 @@ TORCH_PIN ?= torch==2.13.0
 TORCH_INDEX ?=
 STAMP := $(VENV)/.installed
 # Each environment installs under pip constraints: the versions `make test` was last
-# green with (constraints/NAME.txt, written by `make lock` and committed). Empty: no
-# constraints, what the registry serves today (`make test-latest`).
-CONSTRAINTS ?= constraints
+# green with (constraints/NAME.txt, written by `make lock` and committed), on the Python
+# they were locked with (CI's). Empty: no constraints, what the registry serves today
+# (`make test-latest`, and any other Python, whose wheels may differ).
+LOCK_PYTHON := 3.11
+PYTHON_VERSION := $(shell $(PYTHON) -c 'import sys; print(*sys.version_info[:2], sep=".")')
+CONSTRAINTS ?= $(if $(filter $(LOCK_PYTHON),$(PYTHON_VERSION)),constraints)
+ifneq ($(PYTHON_VERSION),$(LOCK_PYTHON))
+  $(info Python $(PYTHON_VERSION): constraints/ are locked on $(LOCK_PYTHON); installing without them)
+endif
 
 .PHONY: test test-latest lock lock-latest demo bench lint typecheck clean test-core test-verl test-trl test-openrlhf test-tunix bench-verl bench-trl bench-openrlhf bench-tunix bench-rewards
 

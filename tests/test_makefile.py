@@ -210,3 +210,35 @@ def test_lock_writes_each_environments_versions(tmp_path: Path) -> None:
     )
     assert missing.returncode != 0
     assert "lock: /nonexistent is missing: run make test first" in missing.stderr
+
+
+def _lock_python() -> str:
+    (line,) = [
+        line
+        for line in (ROOT / "Makefile").read_text().splitlines()
+        if line.startswith("LOCK_PYTHON :=")
+    ]
+    return line.split(":=")[1].strip()
+
+
+@pytest.mark.parametrize("name", ENVIRONMENTS.values())
+def test_constraints_were_locked_on_the_makefiles_python(name: str) -> None:
+    header = (ROOT / "constraints" / f"{name}.txt").read_text().splitlines()[1]
+    assert f"Python {_lock_python()}." in header, header
+
+
+def test_another_python_installs_without_constraints_and_says_so(tmp_path: Path) -> None:
+    """Pins locked on one Python may have no wheel on another (numpy 2.4 needs 3.11+)."""
+    python = tmp_path / "python3.10"
+    python.write_text("#!/bin/sh\necho 3.10\n")  # what the Makefile asks: its version
+    python.chmod(0o755)
+    out = subprocess.run(
+        ["make", "-n", "-B", "-C", str(ROOT), f"PYTHON={python}", ".venv-verl/.installed"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert f"Python 3.10: constraints/ are locked on {_lock_python()}" in out.stdout
+    installs = _installs(out.stdout.replace("\\\n", " ").splitlines())
+    assert installs
+    assert all(" -c " not in line for line in installs)
