@@ -16,8 +16,6 @@ from collections.abc import Iterable
 from typing import Any
 
 _calls = itertools.count()
-
-
 _calls_per_answer: collections.Counter[str] = collections.Counter()
 _lock = threading.Lock()  # verl's reward loop scores in an executor's threads
 
