@@ -55,6 +55,19 @@ define environment
 	touch $(1)/.installed
 endef
 
+# $(call upstream,DIR,TRAINER,PATHS): the trainer's own tests, shipped in its wheel
+# (site-packages/tests), run from there twice by tests/upstream/advbudget_upstream.py:
+# stock (noting which tests reach its estimators), then with advbudget's mirrors swapped in
+# (each of those tests must reach a mirror, and pass).
+define upstream
+	cd "$$($(1)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" && \
+	for swap in "" --upstream-swap; do \
+	  PYTHONPATH="$(CURDIR)/tests/upstream" "$(abspath $(1))/bin/python" -m pytest -q \
+	    -c "$(CURDIR)/tests/upstream/pytest.ini" --rootdir=. --upstream=$(2) \
+	    --upstream-reached="$(abspath $(1))/upstream-reached.json" $$swap $(3) || exit 1; \
+	done
+endef
+
 $(STAMP): pyproject.toml $(call constraints_file,core)
 	$(call environment,$(VENV),core,test)
 
@@ -113,6 +126,7 @@ $(VENV_VERL)/.installed: pyproject.toml $(PLUGIN)/pyproject.toml $(call constrai
 
 test-verl: $(VENV_VERL)/.installed
 	$(VENV_VERL)/bin/python -m pytest -q -p no:cacheprovider tests/adapters/verl advbudget/adapters/verl
+	$(call upstream,$(VENV_VERL),verl,tests/trainer)
 
 bench-verl: $(VENV_VERL)/.installed
 	$(VENV_VERL)/bin/python benchmarks/verl_adapter.py
@@ -163,6 +177,7 @@ $(VENV_OPENRLHF)/.installed: pyproject.toml $(PLUGIN)/pyproject.toml \
 
 test-openrlhf: $(VENV_OPENRLHF)/.installed
 	$(VENV_OPENRLHF)/bin/python -m pytest -q -p no:cacheprovider tests/adapters/openrlhf advbudget/adapters/openrlhf
+	$(call upstream,$(VENV_OPENRLHF),openrlhf,tests)
 
 bench-openrlhf: $(VENV_OPENRLHF)/.installed
 	$(VENV_OPENRLHF)/bin/python benchmarks/openrlhf_adapter.py

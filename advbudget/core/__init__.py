@@ -27,7 +27,7 @@ from ._kappa import (
 )
 from ._result import AdvantageResult
 from ._stats import GroupedRewards
-from ._tokens import token_advantages
+from ._tokens import reward_to_go, token_advantages, whiten_tokens
 from .estimators import (
     Estimator,
     EstimatorSpec,
@@ -73,9 +73,11 @@ __all__ = [
     "make_groups",
     "on_register",
     "register_estimator",
+    "reward_to_go",
     "rloo_advantage",
     "sequence_advantages",
     "sequence_logprobs",
     "token_advantages",
     "unregister_estimator",
+    "whiten_tokens",
 ]

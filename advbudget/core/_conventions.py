@@ -191,8 +191,8 @@ VERL = Convention(
             "gpg": "gpg",
             "reinforce_plus_plus_baseline": "reinforce_plus_plus_baseline",
             "remax": "remax",
-            # an outcome advantage: verl's with algorithm.gamma = 1 (its default)
-            "reinforce": "reinforce_plus_plus with gamma 1",
+            # per token in verl, so in the adapter: the reward-to-go at algorithm.gamma
+            "reinforce": "reinforce_plus_plus",
             "gdpo": "gdpo",
         }
     ),

@@ -1,7 +1,13 @@
-"""From one advantage per rollout to one per response token."""
+"""Per-token steps: from one advantage per rollout to one per response token, and the
+estimators whose advantage differs along a response (reward-to-go, token whitening).
+
+A response mask marks the tokens the policy produced; tokens outside it (padding, the
+observation spans of a multi-turn trajectory) get 0 and carry no reward.
+"""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ._arrays import Array, as_array, check_same_device
@@ -34,3 +40,101 @@ def token_advantages(advantages: Any, response_mask: Any) -> Array:
     check_same_device(advantages, response_mask, "advantages", "response_mask")
     inside = response_mask if xp.isdtype(response_mask.dtype, "bool") else response_mask != 0
     return xp.where(inside, advantages[:, None], xp.zeros_like(advantages)[:, None])
+
+
+def _token_inputs(token_rewards: Any, response_mask: Any) -> tuple[Array, Array, Any]:
+    """``token_rewards`` (real floating) and the mask as 0/1 of its dtype, checked."""
+    token_rewards, xp = as_array(token_rewards, "token_rewards")
+    response_mask, _ = as_array(response_mask, "response_mask")
+    if token_rewards.ndim != 2:
+        raise ValueError(f"token_rewards: expected shape [B, T], got {tuple(token_rewards.shape)}")
+    if not xp.isdtype(token_rewards.dtype, "real floating"):
+        raise TypeError(f"token_rewards: expected a real floating dtype, got {token_rewards.dtype}")
+    if tuple(response_mask.shape) != tuple(token_rewards.shape):
+        raise ValueError(
+            f"response_mask: expected shape {tuple(token_rewards.shape)} like token_rewards, "
+            f"got {tuple(response_mask.shape)}"
+        )
+    check_same_device(token_rewards, response_mask, "token_rewards", "response_mask")
+    inside = response_mask if xp.isdtype(response_mask.dtype, "bool") else response_mask != 0
+    return token_rewards, xp.astype(inside, token_rewards.dtype), xp
+
+
+def reward_to_go(token_rewards: Any, response_mask: Any, *, gamma: float = 1.0) -> Array:
+    """The discounted return of every response token: ``G_t = r_t + gamma * G_next``, where
+    ``G_next`` is the return of the next token *inside* the mask.
+
+    Tokens outside the mask are skipped, not discounted: they get 0, add no reward and
+    count no step of the discount, so a reward reaches the earlier turns of a multi-turn
+    trajectory across its observation spans (verl's ``reinforce_plus_plus``, 0.9.1, its
+    #7278). ``gamma`` 1 is one reversed cumulative sum; any other ``gamma`` a scan over
+    the tokens (linear in ``T``).
+
+    Args:
+        token_rewards: ``[B, T]`` real floating (the outcome reward on a response's last
+            token, plus any dense terms: a KL penalty, process rewards).
+        response_mask: ``[B, T]``, bool or 0/1.
+        gamma: the discount, a finite number.
+
+    Returns:
+        ``[B, T]``, the dtype, namespace and device of ``token_rewards``.
+
+    Examples:
+        >>> import numpy as np
+        >>> r = np.array([[0.0, 0.0, 0.0, 0.0, 2.0], [0.1, 0.0, 1.0, 0.0, 0.0]])
+        >>> m = np.array([[1, 1, 0, 0, 1], [1, 1, 1, 0, 0]])
+        >>> reward_to_go(r, m)
+        array([[2. , 2. , 0. , 0. , 2. ],
+               [1.1, 1. , 1. , 0. , 0. ]])
+        >>> reward_to_go(r, m, gamma=0.5)[0]
+        array([0.5, 1. , 0. , 0. , 2. ])
+    """
+    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not math.isfinite(gamma):
+        raise ValueError(f"gamma: expected a finite number, got {gamma!r}")
+    rewards, mask, xp = _token_inputs(token_rewards, response_mask)
+    if gamma == 1:
+        inside = rewards * mask
+        return xp.flip(xp.cumulative_sum(xp.flip(inside, axis=1), axis=1), axis=1) * mask
+    running = xp.zeros_like(rewards[:, 0])
+    columns = []
+    for t in range(rewards.shape[1] - 1, -1, -1):
+        new = rewards[:, t] + gamma * running
+        columns.append(new * mask[:, t])
+        running = xp.where(mask[:, t] != 0, new, running)
+    return xp.stack(columns[::-1], axis=1)
+
+
+def whiten_tokens(
+    values: Any,
+    response_mask: Any,
+    *,
+    correction: int = 1,
+    var_eps: float = 1e-8,
+    var_floor: float = 0.0,
+    std_norm: bool = True,
+) -> Array:
+    """``(v - mean) / sqrt(max(var + var_eps, var_floor))`` over the tokens of the mask,
+    one mean and variance for the whole batch (``correction`` 1: unbiased, as verl's
+    ``masked_whiten``); 0 outside the mask. ``std_norm`` False only subtracts the mean.
+    A mask of at most ``correction`` tokens has variance 0.
+
+    Examples:
+        >>> import numpy as np
+        >>> whiten_tokens(np.array([[1.0, 1.0, 9.0], [0.0, 0.0, 0.0]]),
+        ...               np.array([[1, 1, 0], [1, 1, 0]]), var_eps=0.0)
+        array([[ 0.8660254,  0.8660254,  0.       ],
+               [-0.8660254, -0.8660254,  0.       ]])
+    """
+    values, mask, xp = _token_inputs(values, response_mask)
+    total = xp.sum(mask)
+    mean = xp.sum(values * mask) / xp.where(total > 0, total, xp.ones_like(total))
+    centred = (values - mean) * mask
+    if not std_norm:
+        return centred
+    dof = total - correction
+    square = xp.sum(centred * centred)
+    variance = xp.where(dof > 0, square / xp.where(dof > 0, dof, xp.ones_like(dof)), 0.0)
+    denominator = variance + var_eps
+    scale = xp.sqrt(xp.where(denominator < var_floor, var_floor, denominator))
+    positive = scale > 0
+    return centred * xp.where(positive, 1 / xp.where(positive, scale, 1.0), 0.0)

@@ -6,7 +6,8 @@ estimators of the advbudget catalogue (:func:`estimator_names`). OpenRLHF's step
 order:
 
 1. rewards promoted to at least float32; length penalties (DAPO overlong, ProRL
-   stop-properly) by OpenRLHF's own ``apply_length_penalties``, when configured;
+   stop-properly) by OpenRLHF's own ``apply_length_penalties``, which also sets
+   ``info["reward"]`` to the rewards it leaves;
 2. regrouping by ``experience.index`` into ``[num_prompts, n_samples_per_prompt]`` (each
    prompt's samples contiguous), ``info["group_reward_std"]`` (unbiased, as OpenRLHF);
 3. CHANGED: the group shaping is :func:`advbudget.compute_advantages` (OpenRLHF's is an
@@ -165,8 +166,9 @@ def compute_advantages_and_returns(
         dtype = torch.promote_types(experience.rewards.dtype, torch.float32)
         if experience.rewards.dtype != dtype:
             experience.rewards = experience.rewards.to(dtype)
-    if _length_penalty_configured(args):
-        apply_length_penalties(experiences, args)
+    # OpenRLHF's own step, always: besides the penalties it re-syncs info["reward"] to
+    # the (promoted, penalised) rewards.
+    apply_length_penalties(experiences, args)
 
     sizes = [len(experience.index) for experience in experiences]
     rewards = torch.cat([experience.rewards for experience in experiences])
@@ -427,15 +429,6 @@ def _ray_ships_views_compactly() -> bool:
     except ImportError:
         return False
     return bool(getattr(ray_constants, "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS", False))
-
-
-def _length_penalty_configured(args: Any) -> bool:
-    """Whether OpenRLHF's ``apply_length_penalties`` would change anything."""
-    reward = args.reward
-    return (
-        getattr(reward, "overlong_buffer_len", None) is not None
-        or getattr(reward, "stop_properly_penalty_coef", None) is not None
-    )
 
 
 class _Layout:

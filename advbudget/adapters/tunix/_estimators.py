@@ -4,11 +4,13 @@ tunix calls a registered estimator as ``fn(rewards=<numpy float64 [B*G]>,
 num_generations=G)`` outside jit, each prompt's G rollouts adjacent, and puts what it
 returns through ``jax.device_put`` as the ``[B*G]`` advantages (``grpo_learner.py``); the
 agentic learner calls it once per group (``rewards`` of shape ``[G]``). Each function here
-runs the core on jax arrays, jitted with the group size static, and returns numpy.
+runs the core on jax arrays, jitted with the group size static, in the rewards' precision
+(float64 for tunix's float64, as its numpy estimators), and returns numpy.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
@@ -170,19 +172,34 @@ def _jitted(core: str, settings: tuple[tuple[str, Any], ...]) -> Callable[..., A
 
 
 def _check_call(name: str, rewards: Any, num_generations: Any) -> np.ndarray:
+    """``rewards`` flattened: tunix's own estimators take any shape they can
+    ``reshape(-1, num_generations)`` (``[B*G]``, or ``[1, B*G]``), so ours do too."""
     if isinstance(num_generations, bool) or not isinstance(num_generations, int | np.integer):
         raise TypeError(f"num_generations: {name} expected an int, got {num_generations!r}")
     array = np.asarray(rewards)
-    if array.ndim != 1 or array.shape[0] == 0:
+    if array.ndim == 0 or array.size == 0:
         raise ValueError(
-            f"rewards: {name} expected a non-empty 1-D array [B*G], got shape {array.shape}"
+            f"rewards: {name} expected a non-empty array of B*G rewards ([B*G] or "
+            f"[1, B*G]), got shape {array.shape}"
         )
-    if num_generations < 1 or array.shape[0] % num_generations:
+    if num_generations < 1 or array.size % num_generations:
         raise ValueError(
-            f"num_generations: {name} expected a divisor of the {array.shape[0]} rewards "
+            f"num_generations: {name} expected a divisor of the {array.size} rewards "
             f"(B prompts x G rollouts, each prompt's adjacent), got {num_generations}"
         )
-    return array
+    return array.reshape(-1)
+
+
+# tunix's rloo returns its advantages flattened; its grpo and drgrpo (and ours) in the
+# rewards' shape
+_FLAT_OUTPUT = frozenset({"rloo"})
+
+
+def _shaped(name: str, advantages: np.ndarray, rewards: Any) -> np.ndarray:
+    core = TUNIX.core_name(name)
+    if TUNIX.is_mirror(core) and core in _FLAT_OUTPUT:
+        return advantages
+    return advantages.reshape(np.shape(rewards))
 
 
 class _Last(threading.local):
@@ -242,9 +259,15 @@ def advantages_and_valid(
             stacklevel=3,
         )
     if np.isfinite(array).all():
+        import jax
+
         fn = _jitted(core, tuple(sorted(settings.items())))
-        advantages, valid = fn(jnp.asarray(array), group_size=int(num_generations))
-        out, mask = np.asarray(advantages), np.asarray(valid)
+        # In the rewards' precision, as tunix's numpy estimators: float64 (what tunix
+        # passes) in a float64 trace, whatever jax's default.
+        wide = not (np.issubdtype(array.dtype, np.floating) and array.dtype.itemsize < 8)
+        with jax.enable_x64(True) if wide else contextlib.nullcontext():
+            advantages, valid = fn(jnp.asarray(array), group_size=int(num_generations))
+            out, mask = np.asarray(advantages), np.asarray(valid)
     else:  # eagerly: the core's one-line error (raise), or the NaN rows left out (omit)
         scored = compute_advantages(array, core, group_size=int(num_generations), **settings)
         out, mask = np.asarray(scored.advantages), np.asarray(scored.valid)
@@ -273,18 +296,20 @@ _FUNCTIONS: dict[str, TunixEstimator] = {}
 
 
 def _make(name: str) -> TunixEstimator:
-    def estimator(rewards: Any, num_generations: int, **kwargs: Any) -> np.ndarray:
-        return advantages_and_valid(name, rewards, num_generations)[0]
+    def estimator(rewards: Any, num_generations: int) -> np.ndarray:
+        return _shaped(name, advantages_and_valid(name, rewards, num_generations)[0], rewards)
 
     spec = get_spec(TUNIX.core_name(name))
     estimator.__name__ = estimator.__qualname__ = f"compute_{name}_advantages"
     estimator.__doc__ = (
         f"tunix estimator ``{name}``: {spec.formula} ({spec.reference}).\n\n"
         "Args:\n"
-        "    rewards: ``[B*G]`` numpy rewards, each prompt's G rollouts adjacent.\n"
+        "    rewards: ``[B*G]`` (or ``[1, B*G]``) numpy rewards, each prompt's G rollouts\n"
+        "        adjacent.\n"
         "    num_generations: G.\n\n"
         "Returns:\n"
-        "    ``[B*G]`` numpy advantages (options: advbudget.adapters.tunix.configure).\n"
+        "    numpy advantages in the rewards' shape (tunix's rloo: flattened, as tunix's);\n"
+        "    options: advbudget.adapters.tunix.configure.\n"
     )
     return estimator
 

@@ -54,9 +54,12 @@ components reach the estimator with the legacy trainer (``trainer.use_v1=False``
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -67,7 +70,9 @@ from advbudget.core import (
     get_convention,
     get_spec,
     on_register,
+    reward_to_go,
     token_advantages,
+    whiten_tokens,
 )
 
 VerlEstimator = Callable[..., tuple[Any, Any]]
@@ -100,15 +105,221 @@ def estimator_names() -> list[str]:
     return list(VERL.names())
 
 
-def core_settings(name: str, config: Any) -> tuple[str, dict[str, Any]]:
-    """The core estimator and its :func:`compute_advantages` keywords for verl name ``name``."""
+# verl 0.9.1's signatures (``verl/trainer/ppo/core_algos.py``): a mirror takes exactly its
+# verl estimator's, so a call written for verl's function means the same to ours, by
+# position and by keyword (tests/adapters/verl/test_signatures.py compares them with the
+# installed verl's). Bodies are never run: only their signatures are read.
+def _grpo(  # type: ignore[empty-body]
+    token_level_rewards: Any,
+    response_mask: Any,
+    index: Any,
+    epsilon: float = 1e-6,
+    norm_adv_by_std_in_grpo: bool = True,
+    config: Any = None,
+) -> tuple[Any, Any]: ...
+
+
+def _gdpo(  # type: ignore[empty-body]
+    token_level_rewards: Any,
+    response_mask: Any,
+    index: Any,
+    epsilon: float = 1e-6,
+    norm_adv_by_std_in_grpo: bool = True,
+    config: Any = None,
+    non_tensor_batch: Any = None,
+    batch: Any = None,
+    **kwargs: Any,
+) -> tuple[Any, Any]: ...
+
+
+def _grpo_passk(  # type: ignore[empty-body]
+    token_level_rewards: Any,
+    response_mask: Any,
+    index: Any,
+    epsilon: float = 1e-6,
+    norm_adv_by_std_in_grpo: bool = True,
+    config: Any = None,
+    **kwargs: Any,
+) -> tuple[Any, Any]: ...
+
+
+def _grouped(  # type: ignore[empty-body]  # rloo, opo, reinforce_plus_plus_baseline
+    token_level_rewards: Any,
+    response_mask: Any,
+    index: Any,
+    epsilon: float = 1e-6,
+    config: Any = None,
+    **kwargs: Any,
+) -> tuple[Any, Any]: ...
+
+
+def _gpg(  # type: ignore[empty-body]
+    token_level_rewards: Any,
+    response_mask: Any,
+    index: Any,
+    epsilon: float = 1e-6,
+    f_norm: float = 1.0,
+    alpha: float = 1.0,
+    config: Any = None,
+    **kwargs: Any,
+) -> tuple[Any, Any]: ...
+
+
+def _reinforce_plus_plus(  # type: ignore[empty-body]
+    token_level_rewards: Any, response_mask: Any, config: Any = None, **kwargs: Any
+) -> tuple[Any, Any]: ...
+
+
+def _remax(  # type: ignore[empty-body]
+    token_level_rewards: Any,
+    reward_baselines: Any,
+    response_mask: Any,
+    config: Any = None,
+    **kwargs: Any,
+) -> tuple[Any, Any]: ...
+
+
+def _catalogue(  # type: ignore[empty-body]  # every estimator verl does not have
+    token_level_rewards: Any,
+    response_mask: Any,
+    index: Any = None,
+    config: Any = None,
+    **kwargs: Any,
+) -> tuple[Any, Any]: ...
+
+
+@dataclass(frozen=True)
+class Mirror:
+    """How the arguments of one of verl's estimators reach its mirror.
+
+    Attributes:
+        verl: verl's registry name (``algorithm.adv_estimator``).
+        function: its function in ``verl.trainer.ppo.core_algos``.
+        signature: verl's signature, which ours takes.
+        options: verl argument -> the core option it sets (``epsilon`` -> ``eps``).
+        unused: arguments verl's function takes and never reads (gpg's ``alpha``): ours
+            accepts them and does the same.
+        tokens: ``""`` (one advantage per response, broadcast over its tokens), or the
+            per-token estimator verl computes: ``"reinforce"`` (the reward-to-go at
+            ``algorithm.gamma``, whitened over the batch's tokens) or ``"remax"`` (the
+            reward-to-go minus the greedy rollout's reward).
+    """
+
+    verl: str
+    function: str
+    signature: inspect.Signature
+    options: Mapping[str, str] = field(default_factory=dict)
+    unused: tuple[str, ...] = ()
+    tokens: str = ""
+
+
+MIRRORS: Mapping[str, Mirror] = MappingProxyType(
+    {
+        "grpo": Mirror(
+            "grpo", "compute_grpo_outcome_advantage", inspect.signature(_grpo), {"epsilon": "eps"}
+        ),
+        # verl's grpo with norm_adv_by_std_in_grpo=False: epsilon divides nothing there
+        "dr": Mirror(
+            "grpo", "compute_grpo_outcome_advantage", inspect.signature(_grpo), unused=("epsilon",)
+        ),
+        "gdpo": Mirror(
+            "gdpo", "compute_gdpo_outcome_advantage", inspect.signature(_gdpo), {"epsilon": "eps"}
+        ),
+        "grpo_passk": Mirror(
+            "grpo_passk",
+            "compute_grpo_passk_outcome_advantage",
+            inspect.signature(_grpo_passk),
+            {"epsilon": "eps"},
+        ),
+        "rloo": Mirror(
+            "rloo",
+            "compute_rloo_outcome_advantage",
+            inspect.signature(_grouped),
+            unused=("epsilon",),
+        ),
+        "opo": Mirror(
+            "opo", "compute_opo_outcome_advantage", inspect.signature(_grouped), unused=("epsilon",)
+        ),
+        "reinforce_plus_plus_baseline": Mirror(
+            "reinforce_plus_plus_baseline",
+            "compute_reinforce_plus_plus_baseline_outcome_advantage",
+            inspect.signature(_grouped),
+            unused=("epsilon",),  # verl's whitening has its own 1e-8
+        ),
+        "gpg": Mirror(
+            "gpg",
+            "compute_gpg_outcome_advantage",
+            inspect.signature(_gpg),
+            {"f_norm": "f_norm"},
+            unused=("epsilon", "alpha"),  # verl recomputes alpha from the batch
+        ),
+        "reinforce": Mirror(
+            "reinforce_plus_plus",
+            "compute_reinforce_plus_plus_outcome_advantage",
+            inspect.signature(_reinforce_plus_plus),
+            tokens="reinforce",
+        ),
+        "remax": Mirror(
+            "remax",
+            "compute_remax_outcome_advantage",
+            inspect.signature(_remax),
+            tokens="remax",
+        ),
+    }
+)
+"""Core estimator -> its verl mirror, for every estimator verl has (``VERL.own_names``)."""
+
+CATALOGUE_SIGNATURE = inspect.signature(_catalogue)
+
+# What verl's compute_advantage (ray_trainer.py, 0.9.1) hands an estimator by keyword
+# beside token_level_rewards, response_mask and config: anything else given to a
+# ``**kwargs`` of ours is refused, never swallowed.
+VERL_PASSES = ("index", "reward_baselines", "non_tensor_batch", "batch")
+
+
+def mirror_of(name: str) -> Mirror | None:
+    """The :class:`Mirror` behind verl name ``name`` (None for an estimator verl lacks)."""
     core = VERL.core_name(name)
-    if core == "grpo" and not bool(option(config, "norm_adv_by_std_in_grpo", True)):
+    return MIRRORS.get(core) if VERL.is_mirror(core) else None
+
+
+def verl_mirrors() -> dict[str, str]:
+    """verl's own estimator name -> the verl name of its mirror (``grpo`` ->
+    ``advbudget_grpo``, ``reinforce_plus_plus`` -> ``advbudget_reinforce``)."""
+    return {m.verl: VERL.name_of(core) for core, m in MIRRORS.items() if core != "dr"}
+
+
+def core_settings(
+    name: str, config: Any, arguments: Mapping[str, Any] | None = None
+) -> tuple[str, dict[str, Any]]:
+    """The core estimator and its :func:`compute_advantages` keywords for verl name ``name``:
+    the conventions, then ``advbudget.<option>`` from ``config``, then the verl arguments
+    given explicitly (``arguments``: ``epsilon``, ``norm_adv_by_std_in_grpo``, ...)."""
+    arguments = dict(arguments or {})
+    core = VERL.core_name(name)
+    mirror = MIRRORS.get(core) if VERL.is_mirror(core) else None
+    # norm_adv_by_std_in_grpo: the argument when given, else the config's (verl's trainer
+    # passes it to its grpo from there, and our estimators get only the config).
+    switch = arguments.get("norm_adv_by_std_in_grpo")
+    if core == "gdpo" and switch is not None and not switch:
+        raise ValueError(
+            f"norm_adv_by_std_in_grpo: {name} divides each component by its group std; "
+            "False (verl's gdpo without it) is not supported, got False"
+        )
+    if core == "dr" and switch:
+        raise ValueError(
+            f"norm_adv_by_std_in_grpo: {name} is Dr.GRPO (no division by the group std): "
+            "expected False or nothing, got True (advbudget_grpo divides)"
+        )
+    if switch is None and core != "gdpo":  # verl's trainer never hands its gdpo the switch
+        switch = option(config, "norm_adv_by_std_in_grpo", None)
+    if core == "grpo" and switch is not None and not switch:
         core = "dr"  # verl's Dr.GRPO switch
+        mirror = MIRRORS["dr"]
     spec = get_spec(core)
     overrides: dict[str, Any] = {}
-    if spec.option("norm_adv_by_std") is not None:  # grpo_passk reads verl's GRPO switch
-        overrides["norm_adv_by_std"] = bool(option(config, "norm_adv_by_std_in_grpo", True))
+    if spec.option("norm_adv_by_std") is not None and switch is not None:  # grpo_passk
+        overrides["norm_adv_by_std"] = bool(switch)
     for key in (*(o.name for o in spec.options), "tie_rtol", "tie_atol", "nan_policy"):
         value = option(config, f"advbudget.{key}", None)
         if value is not None:
@@ -116,11 +327,14 @@ def core_settings(name: str, config: Any) -> tuple[str, dict[str, Any]]:
     weights = option(config, "gdpo_reward_weights", None)  # verl's own key for gdpo's w_k
     if spec.components and weights is not None:
         overrides.setdefault("weights", list(weights))
+    for argument, core_option in (mirror.options if mirror else {}).items():
+        if arguments.get(argument) is not None:
+            overrides[core_option] = arguments[argument]
     return core, VERL.settings(core, overrides)
 
 
 def _inputs(
-    name: str, spec: EstimatorSpec, response_mask: Any, extra: dict[str, Any]
+    name: str, spec: EstimatorSpec, response_mask: Any, extra: Mapping[str, Any]
 ) -> dict[str, Any]:
     out = {}
     for declared in spec.inputs:
@@ -165,6 +379,15 @@ def reward_components(name: str, config: Any, non_tensor_batch: Any, like: Any) 
     }
 
 
+def _float64(values: Any) -> Any:
+    """A torch tensor in float64 (the mirrors compute there: at least as accurate as verl's
+    float32 code); anything else as it is."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(values, torch.Tensor):
+        return values.to(torch.float64)
+    return values
+
+
 def compute_result(
     name: str,
     token_level_rewards: Any,
@@ -172,11 +395,17 @@ def compute_result(
     config: Any = None,
     response_mask: Any = None,
     non_tensor_batch: Any = None,
+    *,
+    arguments: Mapping[str, Any] | None = None,
     **extra: Any,
 ) -> Any:
-    """The core's :class:`~advbudget.core.AdvantageResult` for verl estimator ``name``.
+    """The core's :class:`~advbudget.core.AdvantageResult` for verl estimator ``name``, one
+    advantage per response, computed in float64 (torch inputs).
 
     Shared by the estimators and the metrics, so both see the same advantages.
+    ``arguments``: verl's own arguments given explicitly (:func:`core_settings`). ``index``
+    None: each response its own group, for the estimators whose verl function takes no
+    index (remax, reinforce_plus_plus); the others raise.
 
     Examples:
         >>> import numpy as np
@@ -185,30 +414,42 @@ def compute_result(
         >>> compute_result("reward_budget", rewards, uids).advantages
         array([ 0.5, -0.5,  0. ,  0. ])
     """
-    core, settings = core_settings(name, config)
-    if index is None:
-        raise ValueError(
-            f"index: {name} needs verl's uid of each response (non_tensor_batch['uid']), got None"
-        )
+    core, settings = core_settings(name, config, arguments)
     if getattr(token_level_rewards, "ndim", None) != 2:
         raise ValueError(
             "token_level_rewards: expected shape [B, L], "
             f"got {tuple(getattr(token_level_rewards, 'shape', ()))}"
         )
-    if len(index) != token_level_rewards.shape[0]:
-        raise ValueError(
-            f"index: expected one uid per response ({token_level_rewards.shape[0]}), "
-            f"got {len(index)}"
-        )
+    size = token_level_rewards.shape[0]
+    mirror = mirror_of(name)
+    if index is None:
+        if mirror is None or "index" in mirror.signature.parameters:
+            raise ValueError(
+                f"index: {name} needs verl's uid of each response "
+                "(non_tensor_batch['uid']), got None"
+            )
+        index = np.arange(size)
+    if len(index) != size:
+        raise ValueError(f"index: expected one uid per response ({size}), got {len(index)}")
     spec = get_spec(core)
     if response_mask is None and any(i.name == "response_lengths" for i in spec.inputs):
         raise ValueError(f"response_mask: {name} needs the response mask [B, L], got None")
-    inputs = _inputs(name, spec, response_mask, extra)
-    if spec.components:  # verl passes non_tensor_batch to its own gdpo; the wrapper to ours
+    # The sequence reward is verl's own sum (the same op in the same dtype: the same
+    # number); every statistic after it in float64.
+    sequence_reward = _float64(token_level_rewards.sum(-1))
+    inputs = {k: _float64(v) for k, v in _inputs(name, spec, response_mask, extra).items()}
+    scores: Any
+    if spec.components:
         given = NON_TENSOR_BATCH.get() if non_tensor_batch is None else non_tensor_batch
-        scores = reward_components(name, config, given, token_level_rewards)
+        if given is not None or option(config, "gdpo_reward_keys", None):
+            # verl passes non_tensor_batch to its own gdpo (the wrapper, to ours), whose
+            # components it then requires
+            scores = reward_components(name, config, given, sequence_reward)
+        else:  # no components given: verl's gdpo takes the sequence reward as the only one
+            scores = {"reward": sequence_reward}
+            settings.pop("weights", None)
     else:
-        scores = token_level_rewards.sum(-1)
+        scores = sequence_reward
     return compute_advantages(scores, core, group_ids=index, **settings, **inputs)
 
 
@@ -224,49 +465,97 @@ def estimator_function(name: str) -> VerlEstimator:
 
 
 def _make(name: str) -> VerlEstimator:
-    def estimator(
-        token_level_rewards: Any,
-        response_mask: Any,
-        index: Any = None,
-        config: Any = None,
-        **kwargs: Any,
-    ) -> tuple[Any, Any]:
-        result = compute_result(
-            name, token_level_rewards, index, config, response_mask=response_mask, **kwargs
-        )
-        advantages = token_advantages(result.advantages, response_mask)
-        return advantages, _returns(
-            result.estimator, token_level_rewards, response_mask, advantages
-        )
+    mirror = mirror_of(name)
+    signature = mirror.signature if mirror else CATALOGUE_SIGNATURE
+
+    def estimator(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        given = signature.bind(*args, **kwargs).arguments  # Python's TypeError if not
+        return _estimate(name, mirror, dict(given))
 
     spec = get_spec(VERL.core_name(name))
     estimator.__name__ = estimator.__qualname__ = f"compute_{name}_advantage"
+    estimator.__signature__ = signature  # type: ignore[attr-defined]
+    like = f"verl's ``{mirror.verl}``" if mirror else "verl's group estimators"
     estimator.__doc__ = (
         f"verl estimator ``{name}``: {spec.formula} ({spec.reference}).\n\n"
-        "Args:\n"
+        f"Takes the arguments of {like} (see :data:`MIRRORS`), by position or keyword:\n"
         "    token_level_rewards: ``[B, L]``; the sequence reward is the sum over L.\n"
         "    response_mask: ``[B, L]``; the advantage is broadcast over it.\n"
         "    index: ``[B]`` numpy object array of uid strings (the prompt groups).\n"
         "    config: verl's ``config.algorithm`` (options: ``advbudget.<option>``).\n"
-        "    non_tensor_batch: the reward components, for estimators that take them.\n"
-        "    **kwargs: anything else verl passes (``reward_baselines``, ...).\n\n"
+        f"    and by keyword what verl's trainer passes ({', '.join(VERL_PASSES)}); any\n"
+        "    other keyword is a TypeError.\n\n"
         "Returns:\n"
-        "    ``(advantages, returns)``, ``[B, L]``: the same tensor, except where verl's own\n"
-        "    estimator returns the reward-to-go (remax, reinforce_plus_plus).\n"
+        "    ``(advantages, returns)``, ``[B, L]``, in the dtype of token_level_rewards:\n"
+        "    the same tensor, except where verl's own estimator returns the reward-to-go\n"
+        "    (remax, reinforce_plus_plus).\n"
     )
     return estimator
 
 
-def _returns(core: str, token_level_rewards: Any, response_mask: Any, advantages: Any) -> Any:
-    """verl's returns for ``core`` (the conventions' ``returns``): the advantages, except
-    where verl's own estimator returns the reward-to-go of the reward (``remax``,
-    ``reinforce_plus_plus`` at gamma 1), computed as verl does."""
-    source = VERL.returns_of(core)
-    if source == "advantages":
-        return advantages
-    if source != "reward":
-        raise NotImplementedError(f"returns: verl's row names {source!r} for {core}")
-    return (token_level_rewards * response_mask).flip(dims=[-1]).cumsum(dim=-1).flip(dims=[-1])
+def _estimate(name: str, mirror: Mirror | None, given: dict[str, Any]) -> tuple[Any, Any]:
+    """One call of our verl estimator ``name``, from its bound arguments."""
+    extra = given.pop("kwargs", {})
+    core = VERL.core_name(name)
+    accepted = (*VERL_PASSES, *(i.name for i in get_spec(core).inputs))
+    unknown = [key for key in extra if key not in accepted]
+    if unknown:
+        raise TypeError(
+            f"{name} got an unexpected keyword argument {unknown[0]!r} (it takes what "
+            f"verl's compute_advantage passes: {', '.join(VERL_PASSES)}; anything else "
+            "would be ignored, so it is refused)"
+        )
+    for key in ("index", "reward_baselines", "non_tensor_batch"):
+        if key in given:
+            extra[key] = given.pop(key)
+    extra.pop("batch", None)  # verl's gdpo reads the response lengths from it; ours the mask
+    rewards, mask = given.pop("token_level_rewards"), given.pop("response_mask")
+    config = given.pop("config", None)
+    arguments = {k: v for k, v in given.items() if not (mirror and k in mirror.unused)}
+    result = compute_result(
+        name,
+        rewards,
+        extra.pop("index", None),
+        config,
+        response_mask=mask,
+        arguments=arguments,
+        **extra,
+    )
+    torch = sys.modules["torch"]
+    dtype = rewards.dtype if rewards.is_floating_point() else torch.float32
+    if mirror is not None and mirror.tokens:
+        advantages, returns = _per_token(mirror.tokens, name, result, rewards, mask, config, extra)
+        return advantages.to(dtype), returns.to(dtype)
+    advantages = token_advantages(result.advantages, mask).to(dtype)
+    return advantages, advantages
+
+
+def _per_token(
+    kind: str, name: str, result: Any, rewards: Any, mask: Any, config: Any, extra: Any
+) -> tuple[Any, Any]:
+    """verl's per-token estimators in float64: ``reinforce`` (reinforce_plus_plus: the
+    reward-to-go at ``algorithm.gamma``, skipping the tokens outside the mask, whitened
+    over the batch's tokens) and ``remax`` (the reward-to-go minus the greedy rollout's
+    reward). Rows the core leaves out (a NaN reward with ``nan_policy="omit"``) get 0 and
+    stay out of the whitening."""
+    torch = sys.modules["torch"]
+    kept = torch.as_tensor(result.valid, device=rewards.device)[:, None]
+    tokens = torch.where(kept, rewards.to(torch.float64), 0.0)
+    inside = (mask != 0) & kept
+    if kind == "remax":  # verl: no discount, returns unmasked after the reversed sum
+        returns = (tokens * inside).flip(dims=[-1]).cumsum(dim=-1).flip(dims=[-1])
+        baselines = _float64(extra["reward_baselines"])
+        return returns - torch.where(kept, baselines[:, None], 0.0) * inside, returns
+    gamma = option(config, "gamma", 1.0)
+    returns = reward_to_go(tokens, inside, gamma=float(gamma))
+    _, settings = core_settings(name, config)
+    whitening = {
+        "correction": settings["std_correction"],
+        "var_eps": settings["var_eps"],
+        "var_floor": settings["var_floor"],
+        "std_norm": settings.get("std_norm", True),
+    }
+    return whiten_tokens(returns, inside, **whitening), returns
 
 
 def register_estimators() -> list[str]:

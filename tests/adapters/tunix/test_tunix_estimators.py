@@ -17,6 +17,7 @@ import pytest
 pytest.importorskip("tunix")  # its own environment: make test-tunix
 
 from advbudget.core import get_convention
+from advbudget.testing import rounding_tolerance
 
 from .conftest import TUNIX_WARNINGS
 
@@ -98,11 +99,34 @@ def test_mirror(core: str, dtype: type):
                 assert np.isnan(expected).all()
                 assert np.all(got == 0.0)
                 continue
-            # ours in float32 (jax's default), tunix's in the rewards' dtype
-            np.testing.assert_allclose(got, expected, rtol=2e-5, atol=2e-5, err_msg=name)
+            # both in the rewards' precision: sums of g rewards
+            tolerance = rounding_tolerance(expected, terms=g, dtype=dtype)
+            np.testing.assert_allclose(got, expected, rtol=0, atol=tolerance, err_msg=name)
             constant = np.ptp(rewards.reshape(-1, g), axis=1) == 0
             assert np.all(got.reshape(-1, g)[constant] == 0.0)
         assert g == 1 or np.abs(expected).max() > 0
+
+
+@pytest.mark.parametrize("core", sorted(TUNIX_ROW.own_names))
+def test_mirror_takes_tunix_shapes_and_signature(core: str):
+    """tunix's own estimators take any shape they can ``reshape(-1, G)`` (``[1, B*G]``)
+    and return grpo/drgrpo in the rewards' shape, rloo flattened: ours the same, with
+    tunix's signature exactly (an unknown keyword is a TypeError, never swallowed)."""
+    import inspect
+
+    fr = _registry()
+    theirs = fr.get_advantage_estimator(TUNIX_ROW.own_names[core])
+    rewards = _batch("graded", 3, g=4).reshape(1, -1)
+    expected = np.asarray(theirs(rewards=rewards, num_generations=4))
+    for name in _tunix_names(core):
+        ours = fr.get_advantage_estimator(name)
+        assert inspect.signature(ours).parameters.keys() == {"rewards", "num_generations"}
+        got = ours(rewards=rewards, num_generations=4)
+        assert got.shape == expected.shape, name
+        tolerance = rounding_tolerance(expected, terms=4, dtype=np.float64)
+        np.testing.assert_allclose(got, expected, rtol=0, atol=tolerance, err_msg=name)
+        with pytest.raises(TypeError, match="unexpected keyword argument 'beta'"):
+            ours(rewards=rewards, num_generations=4, beta=0.1)
 
 
 def test_every_mirror_is_a_tunix_estimator():
@@ -204,8 +228,9 @@ def test_bad_calls_fail_in_one_line():
     fn = fr.get_advantage_estimator("reward_budget")
     with pytest.raises(ValueError, match="num_generations: reward_budget expected a divisor"):
         fn(rewards=np.zeros(6), num_generations=4)
-    with pytest.raises(ValueError, match=r"rewards: reward_budget expected a non-empty 1-D"):
-        fn(rewards=np.zeros((2, 4)), num_generations=4)
+    for empty in (np.zeros((1, 0)), np.float64(1.0)):
+        with pytest.raises(ValueError, match=r"rewards: reward_budget expected a non-empty"):
+            fn(rewards=empty, num_generations=4)
     with pytest.raises(ValueError, match="NaN"):
         fn(rewards=np.array([1.0, np.nan, 0.0, 0.0]), num_generations=4)
     with pytest.raises(ValueError, match="advbudget_opo needs response_lengths"):

@@ -160,8 +160,10 @@ def test_errors_name_the_argument() -> None:
     batch = make_batch([4], seed=1)
     fn = adapter.estimator_function("advbudget_grpo")
     rewards, mask = batch.batch["token_level_rewards"], batch.batch["response_mask"]
-    with pytest.raises(ValueError, match=r"index: .*uid"):
+    with pytest.raises(TypeError, match="'index'"):  # verl's grpo signature: required
         fn(token_level_rewards=rewards, response_mask=mask, config=None)
+    with pytest.raises(ValueError, match=r"index: .*uid"):
+        fn(rewards, mask, None)
     with pytest.raises(ValueError, match="index: expected one uid per response"):
         fn(rewards, mask, index=np.array(["a"], dtype=object), config=None)
     with pytest.raises(ValueError, match="token_level_rewards: expected shape"):
