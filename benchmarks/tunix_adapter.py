@@ -9,7 +9,7 @@ on the same rewards (N rollouts in groups of G = 8, mostly 0/1 with a quarter gr
 - tunix's ``grpo`` (``tunix/rl/algo_core.py`` ``compute_advantages``: numpy reshapes, mean
   and unbiased std per group, float64);
 - our ``advbudget_grpo`` (the same advantages; the core on jax arrays, jitted with a static
-  group size, float32, numpy out) and ``reward_budget``;
+  group size, in float64 like the rewards, numpy out) and ``reward_budget``;
 
 in rounds of alternating order (A B C, C B A, ...), so that the machine's drift falls on
 every path alike; each path's median is over all its rounds.
@@ -48,8 +48,8 @@ GROUP_SIZE = 8
 DEFAULT_SIZES = (4_096, 65_536)
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results" / "tunix.json"
 MIN_TIMED_SECONDS = 0.05  # per path and round: fast calls repeat until this much is timed
-# ours in float32 (jax's default), tunix's in float64: as in the parity tests
-AGREE_RTOL = AGREE_ATOL = 2e-5
+# both in float64 (ours in a float64 trace): float64 rounding of group sums
+AGREE_RTOL = AGREE_ATOL = 1e-12
 
 P_TUNIX = "tunix grpo"
 P_OURS_GRPO = "advbudget_grpo"
@@ -112,7 +112,7 @@ def markdown_report(payload: dict[str, Any]) -> str:
         f"One estimator call as tunix's GRPO learner makes it each step (numpy float64 "
         f"rewards in, numpy advantages out), through tunix's registry; groups of "
         f"{GROUP_SIZE}, CPU. tunix's grpo is numpy in float64; ours run the core jitted on "
-        "jax (float32), the host-to-device copy and back included. Median over "
+        "jax (float64, as the rewards), the host-to-device copy and back included. Median over "
         f"{payload['rounds']} rounds in alternating order (A B C, C B A, ...).",
         "",
         "## Median ms per call",

@@ -146,10 +146,24 @@ def test_test_latest_builds_other_environments_without_constraints() -> None:
     assert all(" -c " not in line for line in installs)
     assert all(line.startswith(".venv-latest") for line in installs), installs
     runs = [line for line in lines if "-m pytest" in line]
-    pythons = [next(word for word in run.split() if "/bin/python" in word) for run in runs]
-    assert {python.split("/")[0] for python in pythons} == {
-        venv.replace(".venv", ".venv-latest") for venv in ENVIRONMENTS
-    }
+    venvs = {venv for run in runs for venv in re.findall(r"(\.venv[\w-]*)/bin/python", run)}
+    assert venvs == {venv.replace(".venv", ".venv-latest") for venv in ENVIRONMENTS}
+
+
+@pytest.mark.parametrize(
+    ("target", "trainer"), [("test-verl", "verl"), ("test-openrlhf", "openrlhf")]
+)
+def test_the_trainers_own_tests_run_stock_then_swapped(target: str, trainer: str) -> None:
+    """The trainer's shipped tests run from its site-packages through the plugin of
+    tests/upstream, once as they are and once with our mirrors swapped in."""
+    upstream = [line for line in _recipe(target) if "--upstream=" in line]
+    assert len(upstream) == 1, upstream
+    line = upstream[0]
+    assert f"--upstream={trainer}" in line
+    assert "purelib" in line  # run from the installed wheel, not this repository
+    assert 'for swap in "" --upstream-swap' in line
+    assert "tests/upstream/pytest.ini" in line
+    assert (ROOT / "tests" / "upstream" / "advbudget_upstream.py").is_file()
 
 
 @pytest.mark.parametrize("name", ENVIRONMENTS.values())

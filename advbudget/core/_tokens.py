@@ -42,22 +42,22 @@ def token_advantages(advantages: Any, response_mask: Any) -> Array:
     return xp.where(inside, advantages[:, None], xp.zeros_like(advantages)[:, None])
 
 
-def _token_inputs(token_rewards: Any, response_mask: Any) -> tuple[Array, Array, Any]:
-    """``token_rewards`` (real floating) and the mask as 0/1 of its dtype, checked."""
-    token_rewards, xp = as_array(token_rewards, "token_rewards")
+def _token_inputs(values: Any, response_mask: Any, name: str) -> tuple[Array, Array, Any]:
+    """``values`` (``[B, T]`` real floating) and the mask as 0/1 of its dtype, checked."""
+    values, xp = as_array(values, name)
     response_mask, _ = as_array(response_mask, "response_mask")
-    if token_rewards.ndim != 2:
-        raise ValueError(f"token_rewards: expected shape [B, T], got {tuple(token_rewards.shape)}")
-    if not xp.isdtype(token_rewards.dtype, "real floating"):
-        raise TypeError(f"token_rewards: expected a real floating dtype, got {token_rewards.dtype}")
-    if tuple(response_mask.shape) != tuple(token_rewards.shape):
+    if values.ndim != 2:
+        raise ValueError(f"{name}: expected shape [B, T], got {tuple(values.shape)}")
+    if not xp.isdtype(values.dtype, "real floating"):
+        raise TypeError(f"{name}: expected a real floating dtype, got {values.dtype}")
+    if tuple(response_mask.shape) != tuple(values.shape):
         raise ValueError(
-            f"response_mask: expected shape {tuple(token_rewards.shape)} like token_rewards, "
+            f"response_mask: expected shape {tuple(values.shape)} like {name}, "
             f"got {tuple(response_mask.shape)}"
         )
-    check_same_device(token_rewards, response_mask, "token_rewards", "response_mask")
+    check_same_device(values, response_mask, name, "response_mask")
     inside = response_mask if xp.isdtype(response_mask.dtype, "bool") else response_mask != 0
-    return token_rewards, xp.astype(inside, token_rewards.dtype), xp
+    return values, xp.astype(inside, values.dtype), xp
 
 
 def reward_to_go(token_rewards: Any, response_mask: Any, *, gamma: float = 1.0) -> Array:
@@ -91,7 +91,7 @@ def reward_to_go(token_rewards: Any, response_mask: Any, *, gamma: float = 1.0) 
     """
     if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not math.isfinite(gamma):
         raise ValueError(f"gamma: expected a finite number, got {gamma!r}")
-    rewards, mask, xp = _token_inputs(token_rewards, response_mask)
+    rewards, mask, xp = _token_inputs(token_rewards, response_mask, "token_rewards")
     if gamma == 1:
         inside = rewards * mask
         return xp.flip(xp.cumulative_sum(xp.flip(inside, axis=1), axis=1), axis=1) * mask
@@ -125,7 +125,7 @@ def whiten_tokens(
         array([[ 0.8660254,  0.8660254,  0.       ],
                [-0.8660254, -0.8660254,  0.       ]])
     """
-    values, mask, xp = _token_inputs(values, response_mask)
+    values, mask, xp = _token_inputs(values, response_mask, "values")
     total = xp.sum(mask)
     mean = xp.sum(values * mask) / xp.where(total > 0, total, xp.ones_like(total))
     centred = (values - mean) * mask

@@ -146,6 +146,7 @@ def make_experiences(
     seed: int = 0,
     rewards: tuple[float, ...] = (-1.0, 0.0, 0.5, 1.0),
     constant_groups: int = 1,
+    observation_spans: bool = False,
 ) -> list[Any]:
     """Real ``Experience`` objects as OpenRLHF's experience maker leaves them before
     ``compute_advantages_and_returns``: ``prompts * n`` samples shuffled across
@@ -153,7 +154,9 @@ def make_experiences(
     left-aligned action masks of random lengths in 1..length, each micro-batch as wide as
     its longest response, KL terms, truncation flags. Rewards are drawn from ``rewards``
     (dyadic by default, so group means are exact); the first ``constant_groups`` groups
-    have one reward."""
+    have one reward. ``observation_spans``: multi-turn responses, as OpenRLHF's agent
+    loop leaves them: a span of environment tokens (action mask 0) inside every response
+    of four tokens or more."""
     import torch
 
     experience_maker_module()
@@ -165,6 +168,10 @@ def make_experiences(
     choice[: constant_groups * n] = rewards[-1]
     lengths = torch.randint(1, length + 1, (total,), generator=g)
     mask = torch.arange(length)[None, :] < lengths[:, None]
+    if observation_spans:
+        for row in torch.nonzero(lengths >= 4).flatten().tolist():
+            start = int(torch.randint(1, int(lengths[row]) - 2, (1,), generator=g))
+            mask[row, start : start + 1 + row % 2] = False
     kl = torch.randn(total, length, generator=g) * 0.05 * mask
     order = torch.randperm(total, generator=g)
     experiences = []

@@ -15,12 +15,14 @@ order:
 4. OpenRLHF's ``compute_reward`` (clip to ``--reward.clip_range``, the scalar on the last
    action token, minus ``kl_coef * kl``), called once on all experiences stacked (right-padded
    to the widest action mask) instead of once per experience;
-5. CHANGED: returns by :func:`cumulative_returns` (one reversed cumsum) instead of the loop
-   over the response length; advantages = returns; gamma forced to 1 (with OpenRLHF's warning);
-   for the mirrors of OpenRLHF's whitened estimators (reinforce, reinforce_baseline) the
-   advantages come whitened from the core, and the returns and ``info["return"]`` are of
-   the reward before the whitening, as OpenRLHF's (the conventions' ``returns``);
-6. ``info["return"]``, ``experience.kl = None``; no batch whitening (OpenRLHF whitens only
+5. CHANGED: returns by :func:`cumulative_returns` (one reversed cumsum at gamma 1)
+   instead of the loop over the response length; advantages = returns; gamma forced to 1
+   (with OpenRLHF's warning) but for reinforce, as OpenRLHF;
+6. ``info["return"]``, ``experience.kl = None``; the mirrors of OpenRLHF's whitened
+   estimators (reinforce, reinforce_baseline) shape the reward as OpenRLHF (the reward
+   itself, ``r - mean``: the conventions' ``returns``) and whiten the per-token returns
+   over every action token of the step, as OpenRLHF (:func:`advbudget.core.whiten_tokens`,
+   in float64); no batch whitening for the others (OpenRLHF whitens only
    gae/reinforce/reinforce_baseline).
 
 One sample per prompt (``--rollout.n_samples_per_prompt 1``) is refused (ValueError) for
@@ -45,7 +47,14 @@ import math
 from typing import Any
 
 from advbudget.core import KappaPairs as CorePairs
-from advbudget.core import compute_advantages, get_convention, get_spec, kappa_pairs, make_groups
+from advbudget.core import (
+    compute_advantages,
+    get_convention,
+    get_spec,
+    kappa_pairs,
+    make_groups,
+    whiten_tokens,
+)
 from advbudget.metrics import (
     DEFAULT_SOLVED_REWARD,
     PromptLedger,
@@ -183,11 +192,17 @@ def compute_advantages_and_returns(
     groups = make_groups(rewards, group_size=n, positions=slots)
     inputs = _inputs(name, core, experiences, rewards)
     result = compute_advantages(rewards, core, groups=groups, **options, **inputs)
-    shaped = result.advantages.to(rewards.dtype)  # experience order, as the rewards
 
-    if args.algo.advantage.gamma != 1.0:
+    # OpenRLHF whitens the per-token returns of its reinforce and reinforce_baseline over
+    # every action token of the step, after the KL term: their mirrors do too, and their
+    # returns (and info["return"]) are of the reward before the whitening (the
+    # conventions' ``returns``). Every other estimator shapes the sequence reward.
+    source = OPENRLHF.returns_of(core)
+    per_token = source != "advantages"
+    gamma = float(args.algo.advantage.gamma)
+    if gamma != 1.0 and not (per_token and core == "reinforce"):  # as OpenRLHF
         _logger.warning("gamma is set to 1.0 for %s", name)
-        args.algo.advantage.gamma = 1.0
+        args.algo.advantage.gamma = gamma = 1.0
 
     # One compute_reward and one reversed cumsum over every experience at once (per
     # experience, the Python work dominates): rows right-padded to the widest action mask.
@@ -205,14 +220,13 @@ def compute_advantages_and_returns(
             reward_clip_range=args.reward.clip_range,
         )
 
-    reward = with_kl(shaped)
-    advantages = returns = cumulative_returns(reward, mask)
-    # OpenRLHF whitens reinforce's advantages after the returns: its returns (and
-    # info["return"]) are of the reward before the whitening (the conventions' ``returns``).
-    source = OPENRLHF.returns_of(core)
-    if source != "advantages":
+    if per_token:
         reward = with_kl(_returns_reward(source, rewards, groups, options))
-        returns = cumulative_returns(reward, mask)
+        returns = cumulative_returns(reward, mask, gamma)
+        advantages = _whitened(returns, mask, result.valid, options)
+    else:
+        reward = with_kl(result.advantages.to(rewards.dtype))  # experience order
+        advantages = returns = cumulative_returns(reward, mask)
 
     # OpenRLHF's own per-sample info, as tensors.
     info = {"return": reward.sum(-1)}
@@ -288,6 +302,25 @@ def _drop_skipped_rows(
     for experience, end, size, width, count in parts:
         if count:
             experience.action_mask = zeroed[end - size : end, :width].clone()
+
+
+def _whitened(returns: Any, mask: Any, valid: Any, options: dict[str, Any]) -> Any:
+    """OpenRLHF's whitening of reinforce's per-token returns over every action token of
+    the step (its biased variance floored at 1e-8: the row's options), in float64, in the
+    returns' dtype; rows the core leaves out (NaN rewards, ``nan_policy="omit"``) out of
+    the statistics and 0."""
+    import torch
+
+    inside = mask.bool() & valid[:, None]
+    whitened = whiten_tokens(
+        returns.to(torch.float64),
+        inside,
+        correction=options["std_correction"],
+        var_eps=options["var_eps"],
+        var_floor=options["var_floor"],
+        std_norm=options.get("std_norm", True),
+    )
+    return whitened.to(returns.dtype)
 
 
 def _returns_reward(source: str, rewards: Any, groups: Any, options: dict[str, Any]) -> Any:

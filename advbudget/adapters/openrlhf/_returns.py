@@ -1,4 +1,4 @@
-"""Per-token returns without OpenRLHF's Python loop over the response length.
+"""Per-token returns without OpenRLHF's Python loop over the response length (at gamma 1).
 
 OpenRLHF 0.11.2 (``RemoteExperienceMaker.get_cumulative_returns``,
 ``openrlhf/trainer/ppo_utils/experience_maker.py`` lines 389-421) computes, for the group
@@ -28,14 +28,15 @@ from typing import Any
 def cumulative_returns(rewards: Any, action_mask: Any = None, gamma: float = 1.0) -> Any:
     """``returns[:, t] = sum_{s >= t} gamma**(s - t) * (action_mask * rewards)[:, s]``.
 
-    Only ``gamma == 1`` is vectorised (what OpenRLHF uses for every group estimator); any
-    other gamma raises ``ValueError`` (OpenRLHF's own loop handles ``reinforce``).
+    ``gamma`` 1 (OpenRLHF's for every group estimator) is one reversed cumulative sum; any
+    other (OpenRLHF keeps it for ``reinforce``) OpenRLHF's scan over the tokens, whose
+    discount counts every position, masked ones too (unlike verl's, which skips them).
 
     Args:
         rewards: ``[B, L]`` torch tensor (the shaped reward: the sequence reward on the last
             action token, minus the KL terms).
         action_mask: ``[B, L]`` bool or 0/1 tensor, or None (no masking), as OpenRLHF.
-        gamma: the discount; must be 1.
+        gamma: the discount.
 
     Returns:
         ``[B, L]`` tensor of ``rewards``'s dtype.
@@ -50,8 +51,6 @@ def cumulative_returns(rewards: Any, action_mask: Any = None, gamma: float = 1.0
     """
     import torch
 
-    if gamma != 1.0:
-        raise ValueError(f"gamma: only 1.0 is vectorised (the group estimators), got {gamma!r}")
     if rewards.ndim != 2:
         raise ValueError(f"rewards: expected shape [B, L], got {tuple(rewards.shape)}")
     dtype = rewards.dtype  # OpenRLHF's returns are zeros_like(rewards) before masking
@@ -64,5 +63,11 @@ def cumulative_returns(rewards: Any, action_mask: Any = None, gamma: float = 1.0
         rewards = action_mask * rewards  # as OpenRLHF: bool * float -> float
     # The loop accumulates in at least float32 (its accumulator starts as float32 zeros).
     work = rewards.to(torch.promote_types(rewards.dtype, torch.float32))
-    returns = work.flip(-1).cumsum(-1).flip(-1)
+    if gamma == 1.0:
+        return work.flip(-1).cumsum(-1).flip(-1).to(dtype)
+    returns = torch.zeros_like(work)
+    cumulative = torch.zeros_like(work[:, 0])
+    for t in range(work.shape[1] - 1, -1, -1):
+        cumulative = work[:, t] + gamma * cumulative
+        returns[:, t] = cumulative
     return returns.to(dtype)

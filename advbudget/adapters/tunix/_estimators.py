@@ -199,7 +199,8 @@ def _shaped(name: str, advantages: np.ndarray, rewards: Any) -> np.ndarray:
     core = TUNIX.core_name(name)
     if TUNIX.is_mirror(core) and core in _FLAT_OUTPUT:
         return advantages
-    return advantages.reshape(np.shape(rewards))
+    shaped: np.ndarray = advantages.reshape(np.shape(rewards))
+    return shaped
 
 
 class _Last(threading.local):

@@ -36,16 +36,18 @@ pytestmark = OPENRLHF_WARNINGS
 OPENRLHF = get_convention("openrlhf")
 GRADED = (-1.0, 0.0, 0.0, 0.3, 0.5, 1.0, 1.0, 2.7)
 
-# Per mirror, the settings each case runs with. OpenRLHF whitens reinforce's advantages
-# after the KL term, which an outcome advantage cannot express (docs/guides/openrlhf.md):
-# those two run without KL, with and without --algo.advantage.no_std_norm.
+# Per mirror, the settings each case runs with: KL in the reward or not; OpenRLHF's
+# whitened estimators with and without --algo.advantage.no_std_norm, with a reward clip
+# that bites (before the whitening), and its reinforce at a gamma below 1 (OpenRLHF keeps
+# it for reinforce only).
 KL = ({"kl_coef": 0.0}, {"kl_coef": 0.05})
+WHITENED = tuple({**kl, "no_std_norm": off} for kl in KL for off in (False, True))
 CASES: dict[str, tuple[dict[str, Any], ...]] = {
     "grpo": KL,
     "dr": KL,
     "rloo": KL,
-    "reinforce": ({"no_std_norm": False}, {"no_std_norm": True}),
-    "reinforce_baseline": ({"no_std_norm": False}, {"no_std_norm": True}),
+    "reinforce": (*WHITENED, {"kl_coef": 0.05, "gamma": 0.9}, {"clip_range": (-0.6, 0.6)}),
+    "reinforce_baseline": (*WHITENED, {"kl_coef": 0.05, "clip_range": (-0.4, 0.4)}),
 }
 
 
@@ -61,6 +63,7 @@ def _experiences(n: int, seed: int, dtype: torch.dtype, graded: bool) -> list[An
         micro_batch=3 + seed % 4,
         rewards=GRADED if graded else (0.0, 1.0),
         constant_groups=1,
+        observation_spans=seed % 2 == 1,  # multi-turn responses
     )
     for e in experiences:
         e.rewards = e.rewards.to(dtype)
@@ -71,8 +74,9 @@ def _experiences(n: int, seed: int, dtype: torch.dtype, graded: bool) -> list[An
 
 def run(name: str, experiences: list[Any], n: int, *, ours: bool, **case: Any) -> Any:
     """The experiences after the maker's step (a deep copy), or the error it raised."""
-    args = make_args(name, n)
+    args = make_args(name, n, **{k: case[k] for k in ("clip_range",) if k in case})
     args.algo.advantage.no_std_norm = case.get("no_std_norm", False)
+    args.algo.advantage.gamma = case.get("gamma", 1.0)
     maker = make_maker(args, case.get("kl_coef", 0.0))
     experiences = copy.deepcopy(experiences)
     try:
@@ -118,9 +122,11 @@ def test_mirror(core: str, n: int, graded: bool, seed: int, dtype: torch.dtype) 
         for a, b in zip(mine, theirs, strict=True):
             inside = b.action_mask.bool()
             # OpenRLHF does not re-mask after whitening (its padding holds -mean/std, the
-            # loss masks it): the action tokens are compared, our padding is 0.
+            # loss masks it): the action tokens are compared, our padding after the last
+            # one is 0 (an observation span before it holds the reward-to-go, as theirs).
             _close(a.advantages[inside], b.advantages[inside], tol)
-            assert float(a.advantages[~inside].abs().sum()) == 0.0
+            padding = inside.flip(-1).cumsum(-1).flip(-1) == 0
+            assert float(a.advantages[padding].abs().sum()) == 0.0
             _close(a.returns, b.returns, tol)
             _close(a.info["return"], b.info["return"], tol)
             assert ("group_reward_std" in a.info) == ("group_reward_std" in b.info) == (n > 1)

@@ -38,13 +38,15 @@ SETTINGS = {
     "kl+overlong": {"kl_coef": 0.05, "overlong_buffer_len": 4.0, "overlong_penalty_factor": 1.0},
     "kl+stop_properly": {"kl_coef": 0.05, "stop_properly_penalty_coef": 0.5},
     "clip": {"kl_coef": 0.05, "clip_range": (-0.75, 0.75)},
+    "kl+multiturn": {"kl_coef": 0.05, "observation_spans": True},
 }
 
 
 def run_both(estimator: str, n: int, setting: dict, seed: int = 0):  # type: ignore[no-untyped-def]
     setting = dict(setting)
     kl_coef = setting.pop("kl_coef", 0.0)
-    experiences = make_experiences(6, n, seed=seed)
+    spans = setting.pop("observation_spans", False)
+    experiences = make_experiences(6, n, seed=seed, observation_spans=spans)
     theirs_exp = copy.deepcopy(experiences)
     ours_exp = copy.deepcopy(experiences)
     theirs_maker = make_maker(make_args(estimator, n, **setting), kl_coef)

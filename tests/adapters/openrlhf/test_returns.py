@@ -15,10 +15,12 @@ from .conftest import OPENRLHF_WARNINGS, import_openrlhf
 pytestmark = OPENRLHF_WARNINGS
 
 
-def openrlhf_loop(rewards: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+def openrlhf_loop(
+    rewards: torch.Tensor, mask: torch.Tensor | None, gamma: float = 1.0
+) -> torch.Tensor:
     module = import_openrlhf()
     # ``self`` is unused by the method: call it unbound.
-    return module.RemoteExperienceMaker.get_cumulative_returns(None, rewards, mask, 1.0)
+    return module.RemoteExperienceMaker.get_cumulative_returns(None, rewards, mask, gamma)
 
 
 def random_case(seed: int, rows: int, length: int, dtype: torch.dtype, kl: bool):  # type: ignore[no-untyped-def]
@@ -73,10 +75,22 @@ def test_float_mask_and_bf16_dtype() -> None:
     torch.testing.assert_close(got, expected, rtol=2e-2, atol=2e-2)
 
 
-def test_rejects_other_gamma_and_shapes() -> None:
+@pytest.mark.parametrize("gamma", [0.9, 0.5, 0.0])
+def test_other_gamma_is_openrlhfs_scan(gamma: float) -> None:
+    """OpenRLHF keeps gamma for its reinforce: the same scan (masked positions counted in
+    the discount, as OpenRLHF's), bit for bit."""
+    for seed, masked in ((0, True), (1, False)):
+        rewards, mask = random_case(seed, 32, 11, torch.float32, kl=True)
+        mask[::3, 2:4] = False  # observation spans inside responses
+        mask_arg = mask if masked else None
+        expected = openrlhf_loop(rewards, mask_arg, gamma)
+        got = cumulative_returns(rewards, mask_arg, gamma)
+        assert got.dtype == expected.dtype
+        assert torch.equal(got, expected)
+
+
+def test_rejects_bad_shapes() -> None:
     rewards = torch.zeros(2, 3)
-    with pytest.raises(ValueError, match="gamma"):
-        cumulative_returns(rewards, None, gamma=0.9)
     with pytest.raises(ValueError, match="shape"):
         cumulative_returns(torch.zeros(3), None)
     with pytest.raises(ValueError, match="action_mask"):

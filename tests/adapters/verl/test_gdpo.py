@@ -33,7 +33,9 @@ PROMPT = 3
 
 def make_batch(seed: int, *, dtype: torch.dtype = torch.float32, length: int = 8) -> Any:
     """Shuffled uuid groups of 1..9 (a group of one on even seeds), one all-zero response
-    mask row, every third group constant in every component, the second in one."""
+    mask row, every third group constant in every component, the second in one; on odd
+    seeds multi-turn responses: an observation span (response mask 0, attention 1) inside
+    each response of four tokens or more."""
     rng = np.random.default_rng(seed)
     sizes = rng.integers(2, 10, size=rng.integers(3, 8))
     if seed % 2 == 0:
@@ -61,6 +63,10 @@ def make_batch(seed: int, *, dtype: torch.dtype = torch.float32, length: int = 8
     token_rewards[np.arange(n), np.maximum(lengths - 1, 0)] = score
     order = rng.permutation(n)
     attention = np.concatenate([np.ones((n, PROMPT), np.int64), mask], axis=1)
+    if seed % 2 == 1:
+        for row in np.flatnonzero(lengths >= 4):
+            start = rng.integers(1, lengths[row] - 2)
+            mask[row, start : rng.integers(start + 1, lengths[row] - 1)] = 0
     non_tensors: dict[str, Any] = {"uid": uids[order]}
     for k, key in enumerate(KEYS):  # as verl's trainer stores reward_extra_info values
         non_tensors[key] = np.array(components[order, k].tolist())
