@@ -119,13 +119,19 @@ VENV_VERL ?= .venv-verl
 # Each trainer's environment also gets the example estimator plugin (tests/plugin): an
 # advbudget.estimators entry point must reach the trainer by name.
 PLUGIN := tests/plugin
+# What each trainer suite's environment is built with: a test skipped for want of one of
+# these fails instead (advbudget/testing/_required.py), so a broken install stops the suite.
+REQUIRE_VERL := ADVBUDGET_REQUIRE=verl,transfer_queue,ray,torch,advbudget_example_plugin
+REQUIRE_TRL := ADVBUDGET_REQUIRE=trl,transformers,torch,advbudget_example_plugin
+REQUIRE_OPENRLHF := ADVBUDGET_REQUIRE=openrlhf,ray,deepspeed,torch,advbudget_example_plugin
+REQUIRE_TUNIX := ADVBUDGET_REQUIRE=tunix,jax,advbudget_example_plugin
 
 $(VENV_VERL)/.installed: pyproject.toml $(PLUGIN)/pyproject.toml $(call constraints_file,verl)
 	$(call environment,$(VENV_VERL),verl,verl)
 	$(VENV_VERL)/bin/python -m pip install --quiet --no-deps ./$(PLUGIN)
 
 test-verl: $(VENV_VERL)/.installed
-	$(VENV_VERL)/bin/python -m pytest -q -p no:cacheprovider tests/adapters/verl advbudget/adapters/verl
+	$(REQUIRE_VERL) $(VENV_VERL)/bin/python -m pytest -q -p no:cacheprovider tests/adapters/verl advbudget/adapters/verl
 	$(call upstream,$(VENV_VERL),verl,tests/trainer)
 
 bench-verl: $(VENV_VERL)/.installed
@@ -148,8 +154,8 @@ $(VENV_TRL_OLDEST)/.installed: pyproject.toml $(PLUGIN)/pyproject.toml \
 
 TRL_SUITE := tests/adapters/trl advbudget/adapters/trl
 test-trl: $(VENV_TRL)/.installed $(VENV_TRL_OLDEST)/.installed
-	$(VENV_TRL)/bin/python -m pytest -q -p no:cacheprovider $(TRL_SUITE)
-	$(VENV_TRL_OLDEST)/bin/python -m pytest -q -p no:cacheprovider $(TRL_SUITE)
+	$(REQUIRE_TRL) $(VENV_TRL)/bin/python -m pytest -q -p no:cacheprovider $(TRL_SUITE)
+	$(REQUIRE_TRL) $(VENV_TRL_OLDEST)/bin/python -m pytest -q -p no:cacheprovider $(TRL_SUITE)
 
 bench-trl: $(VENV_TRL)/.installed
 	$(VENV_TRL)/bin/python benchmarks/trl_adapter.py
@@ -176,7 +182,7 @@ $(VENV_OPENRLHF)/.installed: pyproject.toml $(PLUGIN)/pyproject.toml \
 	touch $@
 
 test-openrlhf: $(VENV_OPENRLHF)/.installed
-	$(VENV_OPENRLHF)/bin/python -m pytest -q -p no:cacheprovider tests/adapters/openrlhf advbudget/adapters/openrlhf
+	$(REQUIRE_OPENRLHF) $(VENV_OPENRLHF)/bin/python -m pytest -q -p no:cacheprovider tests/adapters/openrlhf advbudget/adapters/openrlhf
 	$(call upstream,$(VENV_OPENRLHF),openrlhf,tests)
 
 bench-openrlhf: $(VENV_OPENRLHF)/.installed
@@ -196,7 +202,7 @@ $(VENV_TUNIX)/.installed: pyproject.toml $(PLUGIN)/pyproject.toml $(call constra
 	touch $@
 
 test-tunix: $(VENV_TUNIX)/.installed
-	$(VENV_TUNIX)/bin/python -m pytest -q -p no:cacheprovider tests/adapters/tunix advbudget/adapters/tunix
+	$(REQUIRE_TUNIX) $(VENV_TUNIX)/bin/python -m pytest -q -p no:cacheprovider tests/adapters/tunix advbudget/adapters/tunix
 
 bench-tunix: $(VENV_TUNIX)/.installed
 	$(VENV_TUNIX)/bin/python benchmarks/tunix_adapter.py

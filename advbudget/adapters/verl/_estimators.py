@@ -5,7 +5,10 @@ config=<config.algorithm>, index=<numpy object array of uid strings>, **extra)``
 ``(advantages, returns)``, both ``[B, L]``. Each function here only translates: sequence
 reward ``token_level_rewards.sum(-1)``, names and options from verl's config, the core's
 :func:`~advbudget.compute_advantages` with the verl row of the conventions table
-(:data:`advbudget.core.CONVENTIONS`), then :func:`~advbudget.token_advantages`.
+(:data:`advbudget.core.CONVENTIONS`), then :func:`~advbudget.token_advantages`. A mirror
+(an estimator verl has too: :data:`MIRRORS`) takes exactly the signature of verl's
+function, so a direct call means the same to both; the statistics after verl's own sum
+are float64.
 
 Names: ``advbudget_NAME`` for every name and alias of the catalogue (``advbudget_budget``,
 ``advbudget_grpo``, ``advbudget_opo``, a plugin's ``advbudget_mine``, ...), and
@@ -33,8 +36,9 @@ line, e.g. ``+algorithm.advbudget.budget=0.5``):
 
 Conventions: estimators verl also has (``grpo``, ``rloo``, ...) keep verl's (a group of one
 is scored against mean 0 and std 1, exact ties, eps 1e-6; ``grpo_passk`` raises ValueError
-on a group of one, as verl's; ``remax`` and ``reinforce`` (verl's ``reinforce_plus_plus`` at
-``gamma`` 1) return the reward-to-go as their returns, as verl's);
+on a group of one, as verl's; ``remax`` and ``reinforce`` (verl's ``reinforce_plus_plus``)
+are per token, as verl's: the reward-to-go of every token, at ``algorithm.gamma`` for
+``reinforce``, observation spans skipped, and it is their returns);
 the others the core's (a group of one, or with rewards within 1e-6, is skipped). Rows whose
 response mask is all zero still count in their group, as in verl. Extra inputs:
 ``response_lengths`` is the response mask's row sum; any other input is taken from what

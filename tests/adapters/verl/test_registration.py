@@ -82,11 +82,10 @@ def test_entry_point_from_package_metadata() -> None:
     from importlib.metadata import entry_points
 
     declared = [ep for ep in entry_points(group="verl.plugins") if ep.value == verl_module()]
-    if not any(ep.dist is not None and ep.dist.name == "advbudget" for ep in declared):
-        pytest.skip(
-            'advbudget\'s pyproject does not declare [project.entry-points."verl.plugins"] '
-            'advbudget = "advbudget.adapters.verl" yet (or the editable install predates it)'
-        )
+    assert any(ep.dist is not None and ep.dist.name == "advbudget" for ep in declared), (
+        'advbudget\'s installed metadata declares no [project.entry-points."verl.plugins"] '
+        'advbudget = "advbudget.adapters.verl" (an editable install older than pyproject?)'
+    )
     out = run_fresh(PROBE)
     assert ALL in out.stdout, out.stderr
 
