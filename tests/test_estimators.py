@@ -388,3 +388,24 @@ def test_token_advantages(xp):
     assert_close(out, [[0.5, 0.5, 0.0], [0.0, -0.25, -0.25]], xp=xp, dtype=xp.float32)
     bool_mask = xp.asarray([[True, False, False], [True, True, True]])
     assert_close(token_advantages(adv, bool_mask), [[0.5, 0, 0], [-0.25] * 3], xp=xp)
+
+
+def test_the_result_carries_the_options_it_was_computed_with() -> None:
+    """Defaults filled in and the given ones kept: what an adapter's per-token step reads
+    (verl's and OpenRLHF's reinforce whiten their returns with them)."""
+    from advbudget import compute_advantages
+
+    result = compute_advantages(
+        [1.0, 0.0, 0.5, 0.5],
+        "reinforce",
+        group_size=2,
+        var_floor=0.25,
+        response_lengths=[1, 2, 3, 4],
+    )
+    assert dict(result.options) == {
+        "std_correction": 0,
+        "var_eps": 0.0,
+        "var_floor": 0.25,
+        "std_norm": True,
+    }
+    assert dict(compute_advantages([1.0, 0.0], "budget", group_size=2).options) == {"budget": 1.0}

@@ -13,6 +13,7 @@ import functools
 import sys
 import warnings
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, Literal
 
 import numpy as np
@@ -150,6 +151,7 @@ def compute_advantages(
         advantage_rows=rows,
         tie_rtol=float(tie_rtol),
         tie_atol=float(tie_atol),
+        options=MappingProxyType(resolved),
     )
 
 

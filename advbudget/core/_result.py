@@ -4,8 +4,10 @@ need beside them (the ``valid`` mask, per-group skips and advantage gaps)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 from ._arrays import Array
 from ._groups import Groups
@@ -25,6 +27,9 @@ class AdvantageResult:
             a group of one, or no reward at all).
         tie_rtol, tie_atol: the tie tolerance the advantages were computed with (the
             metrics' ``solved_reward`` rule uses it too).
+        options: the estimator's own options the advantages were computed with, each
+            resolved (its default where not given) and checked: what an adapter's
+            per-token step reads (the whitening of ``reinforce``'s returns).
     """
 
     advantages: Array
@@ -35,6 +40,7 @@ class AdvantageResult:
     advantage_rows: Array = field(repr=False)
     tie_rtol: float = field(default=0.0, repr=False)
     tie_atol: float = field(default=0.0, repr=False)
+    options: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     @cached_property
     def valid(self) -> Array:

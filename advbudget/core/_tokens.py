@@ -108,15 +108,16 @@ def whiten_tokens(
     values: Any,
     response_mask: Any,
     *,
-    correction: int = 1,
+    std_correction: int = 1,
     var_eps: float = 1e-8,
     var_floor: float = 0.0,
     std_norm: bool = True,
 ) -> Array:
     """``(v - mean) / sqrt(max(var + var_eps, var_floor))`` over the tokens of the mask,
-    one mean and variance for the whole batch (``correction`` 1: unbiased, as verl's
+    one mean and variance for the whole batch (``std_correction`` 1: unbiased, as verl's
     ``masked_whiten``); 0 outside the mask. ``std_norm`` False only subtracts the mean.
-    A mask of at most ``correction`` tokens has variance 0.
+    A mask of at most ``std_correction`` tokens has variance 0. The keywords are the
+    options of the catalogue's whitened estimators (``reinforce``, ...), by the same names.
 
     Examples:
         >>> import numpy as np
@@ -131,7 +132,7 @@ def whiten_tokens(
     centred = (values - mean) * mask
     if not std_norm:
         return centred
-    dof = total - correction
+    dof = total - std_correction
     square = xp.sum(centred * centred)
     variance = xp.where(dof > 0, square / xp.where(dof > 0, dof, xp.ones_like(dof)), 0.0)
     denominator = variance + var_eps

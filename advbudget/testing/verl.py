@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["algorithm_config", "make_batch", "uuid4s"]
+__all__ = ["algorithm_config", "make_batch", "observation_spans", "uuid4s"]
 
 
 def uuid4s(count: int, rng: np.random.Generator) -> list[str]:
@@ -20,6 +20,22 @@ def uuid4s(count: int, rng: np.random.Generator) -> list[str]:
     ``str(uuid.uuid4())`` prompt uids: random from the first character, which matters to
     anything that sorts or hashes them (verl's ``grpo_vectorized`` runs ``np.unique``)."""
     return [str(uuid.UUID(bytes=rng.bytes(16), version=4)) for _ in range(count)]
+
+
+def observation_spans(mask: np.ndarray, lengths: np.ndarray, rng: np.random.Generator) -> None:
+    """Make ``mask`` ``[N, L]`` (left-aligned responses of ``lengths``) multi-turn, in
+    place: a span of observation tokens (mask 0) between the first and the last token of
+    every response of four tokens or more, as verl's agent loop leaves them.
+
+    Examples:
+        >>> mask = np.ones((1, 6), dtype=np.int64)
+        >>> observation_spans(mask, np.array([6]), np.random.default_rng(0))
+        >>> int(mask[0, 0]), int(mask[0, -1]), int(mask.sum()) < 6
+        (1, 1, True)
+    """
+    for row in np.flatnonzero(lengths >= 4):
+        start = rng.integers(1, lengths[row] - 2)
+        mask[row, start : rng.integers(start + 1, lengths[row] - 1)] = 0
 
 
 def make_batch(

@@ -109,6 +109,18 @@ def _patch_experience_maker(module: types.ModuleType, swap: bool) -> None:
 INSTALL: dict[str, Callable[[bool], None]] = {"verl": _install_verl, "openrlhf": _install_openrlhf}
 
 
+class _State:
+    def __init__(self, trainer: str, swap: bool, reached_file: Path) -> None:
+        self.trainer, self.swap, self.reached_file = trainer, swap, reached_file
+        self.stock: dict[str, list[str]] = json.loads(reached_file.read_text()) if swap else {}
+        self.reached: dict[str, list[str]] = {}
+        self.passed: set[str] = set()
+
+
+_STATE = pytest.StashKey[_State]()
+_REACHED = pytest.StashKey[list[str]]()  # the estimators one test reached
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("advbudget upstream")
     group.addoption("--upstream", choices=sorted(INSTALL), required=True)
@@ -126,17 +138,6 @@ def pytest_configure(config: pytest.Config) -> None:
         )
     INSTALL[trainer](swap)
     config.stash[_STATE] = _State(trainer, swap, reached_file)
-
-
-class _State:
-    def __init__(self, trainer: str, swap: bool, reached_file: Path) -> None:
-        self.trainer, self.swap, self.reached_file = trainer, swap, reached_file
-        self.stock: dict[str, list[str]] = json.loads(reached_file.read_text()) if swap else {}
-        self.reached: dict[str, list[str]] = {}
-        self.passed: set[str] = set()
-
-
-_STATE = pytest.StashKey[_State]()
 
 
 @pytest.hookimpl(wrapper=True)
@@ -164,9 +165,6 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
         return (yield)
     finally:
         item.stash[_REACHED] = sorted(_reached)
-
-
-_REACHED = pytest.StashKey[list[str]]()
 
 
 @pytest.hookimpl(wrapper=True)

@@ -223,7 +223,7 @@ def compute_advantages_and_returns(
     if per_token:
         reward = with_kl(_returns_reward(source, rewards, groups, options))
         returns = cumulative_returns(reward, mask, gamma)
-        advantages = _whitened(returns, mask, result.valid, options)
+        advantages = _whitened(returns, mask, result)
     else:
         reward = with_kl(result.advantages.to(rewards.dtype))  # experience order
         advantages = returns = cumulative_returns(reward, mask)
@@ -304,22 +304,15 @@ def _drop_skipped_rows(
             experience.action_mask = zeroed[end - size : end, :width].clone()
 
 
-def _whitened(returns: Any, mask: Any, valid: Any, options: dict[str, Any]) -> Any:
+def _whitened(returns: Any, mask: Any, result: Any) -> Any:
     """OpenRLHF's whitening of reinforce's per-token returns over every action token of
-    the step (its biased variance floored at 1e-8: the row's options), in float64, in the
-    returns' dtype; rows the core leaves out (NaN rewards, ``nan_policy="omit"``) out of
-    the statistics and 0."""
+    the step (its biased variance floored at 1e-8: the estimator's options, as the core
+    resolved them from the row), in float64, in the returns' dtype; rows the core leaves
+    out (NaN rewards, ``nan_policy="omit"``) out of the statistics and 0."""
     import torch
 
-    inside = mask.bool() & valid[:, None]
-    whitened = whiten_tokens(
-        returns.to(torch.float64),
-        inside,
-        correction=options["std_correction"],
-        var_eps=options["var_eps"],
-        var_floor=options["var_floor"],
-        std_norm=options.get("std_norm", True),
-    )
+    inside = mask.bool() & result.valid[:, None]
+    whitened = whiten_tokens(returns.to(torch.float64), inside, **result.options)
     return whitened.to(returns.dtype)
 
 

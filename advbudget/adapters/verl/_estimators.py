@@ -528,20 +528,20 @@ def _estimate(name: str, mirror: Mirror | None, given: dict[str, Any]) -> tuple[
     torch = sys.modules["torch"]
     dtype = rewards.dtype if rewards.is_floating_point() else torch.float32
     if mirror is not None and mirror.tokens:
-        advantages, returns = _per_token(mirror.tokens, name, result, rewards, mask, config, extra)
+        advantages, returns = _per_token(mirror.tokens, result, rewards, mask, config, extra)
         return advantages.to(dtype), returns.to(dtype)
     advantages = token_advantages(result.advantages, mask).to(dtype)
     return advantages, advantages
 
 
 def _per_token(
-    kind: str, name: str, result: Any, rewards: Any, mask: Any, config: Any, extra: Any
+    kind: str, result: Any, rewards: Any, mask: Any, config: Any, extra: Any
 ) -> tuple[Any, Any]:
     """verl's per-token estimators in float64: ``reinforce`` (reinforce_plus_plus: the
     reward-to-go at ``algorithm.gamma``, skipping the tokens outside the mask, whitened
-    over the batch's tokens) and ``remax`` (the reward-to-go minus the greedy rollout's
-    reward). Rows the core leaves out (a NaN reward with ``nan_policy="omit"``) get 0 and
-    stay out of the whitening."""
+    over the batch's tokens with the estimator's options, as the core resolved them) and
+    ``remax`` (the reward-to-go minus the greedy rollout's reward). Rows the core leaves
+    out (a NaN reward with ``nan_policy="omit"``) get 0 and stay out of the whitening."""
     torch = sys.modules["torch"]
     kept = torch.as_tensor(result.valid, device=rewards.device)[:, None]
     tokens = torch.where(kept, rewards.to(torch.float64), 0.0)
@@ -552,14 +552,7 @@ def _per_token(
         return returns - torch.where(kept, baselines[:, None], 0.0) * inside, returns
     gamma = option(config, "gamma", 1.0)
     returns = reward_to_go(tokens, inside, gamma=float(gamma))
-    _, settings = core_settings(name, config)
-    whitening = {
-        "correction": settings["std_correction"],
-        "var_eps": settings["var_eps"],
-        "var_floor": settings["var_floor"],
-        "std_norm": settings.get("std_norm", True),
-    }
-    return whiten_tokens(returns, inside, **whitening), returns
+    return whiten_tokens(returns, inside, **result.options), returns
 
 
 def register_estimators() -> list[str]:

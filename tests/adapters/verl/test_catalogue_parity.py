@@ -34,7 +34,7 @@ with warnings.catch_warnings():  # verl's imports warn (ray, optional engines)
 import advbudget.adapters.verl  # noqa: E402, F401  (registers the advbudget_* names)
 from advbudget import compute_advantages, token_advantages  # noqa: E402
 from advbudget.core import get_convention, get_spec  # noqa: E402
-from advbudget.testing.verl import algorithm_config  # noqa: E402
+from advbudget.testing.verl import algorithm_config, observation_spans  # noqa: E402
 
 from .conftest import VERL_WARNINGS  # noqa: E402
 
@@ -126,9 +126,7 @@ def make_batch(
         mask[rng.integers(n)] = 0
     token_rewards = np.zeros((n, length))
     if dense:
-        for row in np.flatnonzero(lengths >= 4):  # an observation span between two turns
-            start = rng.integers(1, lengths[row] - 2)
-            mask[row, start : rng.integers(start + 1, lengths[row] - 1)] = 0
+        observation_spans(mask, lengths, rng)
         token_rewards = -0.05 * rng.exponential(size=(n, length)) * mask  # -beta * KL
     token_rewards[np.arange(n), lengths - 1] += scores
     order = rng.permutation(n)

@@ -11,6 +11,7 @@ closing note: mean and max error against the float64 result, ours and verl's.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import random
 import warnings
@@ -40,8 +41,10 @@ CONFIG = SimpleNamespace(gamma=1.0, norm_adv_by_std_in_grpo=True, get=lambda k, 
 GROUPED = ["grpo", "rloo", "opo", "gpg", "grpo_passk", "reinforce_plus_plus_baseline"]
 
 
+@functools.cache
 def _upstream() -> ModuleType:
-    """verl's own test module, from the installed wheel (not this repository's tests)."""
+    """verl's own test module, from the installed wheel (not this repository's tests),
+    loaded once."""
     path = Path(verl.__file__).parents[1] / "tests/trainer/ppo/test_core_algos_on_cpu.py"
     spec = importlib.util.spec_from_file_location("verl_upstream_core_algos_test", path)
     assert spec is not None, path

@@ -23,6 +23,7 @@ with warnings.catch_warnings():  # verl's imports warn (ray, optional engines)
     from verl.trainer.ppo.ray_trainer import compute_advantage
 
 import advbudget.adapters.verl as adapter  # noqa: E402
+from advbudget.testing.verl import observation_spans  # noqa: E402
 
 from .conftest import VERL_WARNINGS  # noqa: E402
 
@@ -64,9 +65,7 @@ def make_batch(seed: int, *, dtype: torch.dtype = torch.float32, length: int = 8
     order = rng.permutation(n)
     attention = np.concatenate([np.ones((n, PROMPT), np.int64), mask], axis=1)
     if seed % 2 == 1:
-        for row in np.flatnonzero(lengths >= 4):
-            start = rng.integers(1, lengths[row] - 2)
-            mask[row, start : rng.integers(start + 1, lengths[row] - 1)] = 0
+        observation_spans(mask, lengths, rng)
     non_tensors: dict[str, Any] = {"uid": uids[order]}
     for k, key in enumerate(KEYS):  # as verl's trainer stores reward_extra_info values
         non_tensors[key] = np.array(components[order, k].tolist())
