@@ -123,17 +123,24 @@ VENV_VERL ?= .venv-verl
 PLUGIN := tests/plugin
 # What each trainer suite's environment is built with: a test skipped for want of one of
 # these fails instead (advbudget/testing/_required.py), so a broken install stops the suite.
-REQUIRE_VERL := ADVBUDGET_REQUIRE=verl,transfer_queue,ray,torch,advbudget_example_plugin
-REQUIRE_TRL := ADVBUDGET_REQUIRE=trl,transformers,torch,advbudget_example_plugin
-REQUIRE_OPENRLHF := ADVBUDGET_REQUIRE=openrlhf,ray,deepspeed,torch,advbudget_example_plugin
-REQUIRE_TUNIX := ADVBUDGET_REQUIRE=tunix,jax,advbudget_example_plugin
+# ADVBUDGET_FRAMEWORK picks the framework the shared adapter suite (tests/adapters/contract)
+# checks there.
+REQUIRE_VERL := ADVBUDGET_FRAMEWORK=verl \
+  ADVBUDGET_REQUIRE=verl,transfer_queue,ray,torch,advbudget_example_plugin
+REQUIRE_TRL := ADVBUDGET_FRAMEWORK=trl \
+  ADVBUDGET_REQUIRE=trl,transformers,torch,advbudget_example_plugin
+REQUIRE_OPENRLHF := ADVBUDGET_FRAMEWORK=openrlhf \
+  ADVBUDGET_REQUIRE=openrlhf,ray,deepspeed,torch,advbudget_example_plugin
+REQUIRE_TUNIX := ADVBUDGET_FRAMEWORK=tunix ADVBUDGET_REQUIRE=tunix,jax,advbudget_example_plugin
+CONTRACT := tests/adapters/contract
 
 $(VENV_VERL)/.installed: pyproject.toml $(PLUGIN)/pyproject.toml $(call constraints_file,verl)
 	$(call environment,$(VENV_VERL),verl,verl)
 	$(VENV_VERL)/bin/python -m pip install --quiet --no-deps ./$(PLUGIN)
 
 test-verl: $(VENV_VERL)/.installed
-	$(REQUIRE_VERL) $(VENV_VERL)/bin/python -m pytest -q -p no:cacheprovider tests/adapters/verl advbudget/adapters/verl
+	$(REQUIRE_VERL) $(VENV_VERL)/bin/python -m pytest -q -p no:cacheprovider tests/adapters/verl \
+	  $(CONTRACT) advbudget/adapters/verl
 	$(call upstream,$(VENV_VERL),verl,tests/trainer)
 
 bench-verl: $(VENV_VERL)/.installed

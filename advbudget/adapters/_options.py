@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
-from advbudget.metrics import check_solved_reward
+from advbudget.core import Convention
+from advbudget.metrics import DEFAULT_SOLVED_REWARD, check_solved_reward
 
 # How a command line or a hydra string turns the solved/unsolved split off.
 OFF_WORDS = ("none", "null", "off")
@@ -79,9 +84,157 @@ def parse_max_generation_batches(value: Any, name: str) -> int:
         ...
         ValueError: max_generation_batches: expected an int >= 1, got 0
     """
+    return parse_int(value, name, low=1)
+
+
+class _Unset(enum.Enum):
+    UNSET = "unset"
+
+
+#: What a reader of :meth:`AdapterOptions.parse` returns for an option the run did not set
+#: (None is a value: ``solved_reward=None`` turns the split off).
+UNSET = _Unset.UNSET
+
+#: ``max_generation_batches`` when unset (the cap of verl's DAPO recipe), every framework.
+DEFAULT_MAX_GENERATION_BATCHES = 10
+
+#: The core's options besides each estimator's own, read by every adapter.
+CORE_OPTIONS = ("tie_rtol", "tie_atol", "nan_policy")
+
+
+@dataclass(frozen=True)
+class AdapterOptions:
+    """What a run asked of an adapter, read once from the framework's own config and checked.
+
+    Attributes:
+        framework: ``"verl"``, ``"trl"``, ``"openrlhf"`` or ``"tunix"``.
+        estimator_options: the estimator options given (a catalogue option such as
+            ``budget``, or one of :data:`CORE_OPTIONS`), each checked; the framework's
+            conventions are added by :meth:`~advbudget.core.Convention.settings`.
+        solved_reward: the reward at which a rollout counts as solved (None: the
+            solved/unsolved split and the prompt ledger off).
+        skipped_groups: ``keep``, ``drop`` or ``resample`` (:data:`SKIPPED_GROUPS`).
+        max_generation_batches: ``resample``'s cap on generation rounds a step.
+        kappa_every: κ_eff every this many steps (0: off).
+    """
+
+    framework: str
+    estimator_options: Mapping[str, Any] = field(default_factory=dict)
+    solved_reward: float | None = DEFAULT_SOLVED_REWARD
+    skipped_groups: str = "keep"
+    max_generation_batches: int = DEFAULT_MAX_GENERATION_BATCHES
+    kappa_every: int = 0
+
+    @property
+    def prompt_ledger(self) -> bool:
+        """Whether the per-prompt ledger runs (it needs the solved/unsolved split)."""
+        return self.solved_reward is not None
+
+    @classmethod
+    def parse(
+        cls,
+        read: Callable[[str], Any],
+        convention: Convention,
+        *,
+        key: Callable[[str], str] = str,
+        off: str = "None",
+        resample_refused: str | None = None,
+    ) -> AdapterOptions:
+        """The options of one run: ``read(name)`` is the framework's value of option
+        ``name`` (:data:`UNSET` when unset), ``key(name)`` the framework's own key for it (named by
+        a refusal), ``off`` the framework's word for None. Defaults come from the
+        framework's ``convention`` row. A bad value raises a one-line ValueError naming
+        the framework's key.
+
+        Examples:
+            >>> from advbudget.core import get_convention
+            >>> given = {"budget": 0.5, "skipped_groups": "Drop", "kappa_every": "0"}
+            >>> read = lambda name: given.get(name, UNSET)
+            >>> options = AdapterOptions.parse(read, get_convention("verl"),
+            ...                                key=lambda name: f"algorithm.advbudget.{name}")
+            >>> dict(options.estimator_options), options.skipped_groups, options.kappa_every
+            ({'budget': 0.5}, 'drop', 0)
+            >>> AdapterOptions.parse(lambda name: -1 if name == "kappa_every" else UNSET,
+            ...                      get_convention("trl"))
+            Traceback (most recent call last):
+            ...
+            ValueError: kappa_every: expected an int >= 0, got -1
+        """
+        estimator_options = {}
+        for name in (*convention.option_names(), *CORE_OPTIONS):
+            value = read(name)
+            if value is not UNSET:
+                estimator_options[name] = check_estimator_option(name, value, key(name))
+        solved = read("solved_reward")
+        max_rounds = read("max_generation_batches")
+        every = read("kappa_every")
+        skipped = read("skipped_groups")
+        return cls(
+            framework=convention.framework,
+            estimator_options=MappingProxyType(estimator_options),
+            solved_reward=(
+                DEFAULT_SOLVED_REWARD
+                if solved is UNSET
+                else parse_solved_reward(solved, key("solved_reward"), off)
+            ),
+            skipped_groups=(
+                "keep"
+                if skipped is UNSET
+                else parse_skipped_groups(
+                    skipped, key("skipped_groups"), resample_refused=resample_refused
+                )
+            ),
+            max_generation_batches=(
+                DEFAULT_MAX_GENERATION_BATCHES
+                if max_rounds is UNSET
+                else parse_max_generation_batches(max_rounds, key("max_generation_batches"))
+            ),
+            kappa_every=(
+                convention.kappa_every
+                if every is UNSET
+                else parse_int(every, key("kappa_every"), low=0)
+            ),
+        )
+
+
+def parse_int(value: Any, name: str, *, low: int) -> int:
+    """An int >= ``low`` as a framework hands it over (a command line's numeric string too).
+
+    Examples:
+        >>> parse_int("+3", "--advbudget.kappa_every", low=0)
+        3
+        >>> parse_int(2.5, "kappa_every", low=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: kappa_every: expected an int >= 0, got 2.5
+    """
     number = value
     if isinstance(value, str) and value.strip().lstrip("+").isdigit():
         number = int(value.strip())
-    if isinstance(number, bool) or not isinstance(number, int) or number < 1:
-        raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
+    if isinstance(number, bool) or not isinstance(number, int) or number < low:
+        raise ValueError(f"{name}: expected an int >= {low}, got {value!r}")
     return number
+
+
+def check_estimator_option(name: str, value: Any, key: str) -> Any:
+    """``value`` of estimator option ``name`` (a catalogue option or one of
+    :data:`CORE_OPTIONS`), checked and converted now rather than mid-training; a bad
+    value raises a one-line ValueError naming the framework's ``key``."""
+    import numpy as np
+
+    from advbudget.core import compute_advantages, estimator_specs
+
+    try:
+        if name in CORE_OPTIONS:  # the core checks these: one tiny call does it now
+            compute_advantages(np.zeros(2), "dr", group_size=2, **{name: value})
+            return value
+        for spec in estimator_specs():
+            option = spec.option(name)
+            if option is not None:
+                value = option.value(value)
+        return value
+    except ValueError as error:
+        message = str(error)
+        if message.startswith(f"{name}:"):
+            message = message[len(name) + 1 :].strip()
+        raise ValueError(f"{key}: {message}") from None

@@ -2,8 +2,11 @@
 estimator of the advbudget catalogue: ``advbudget_grpo``, ``advbudget_dr``, a plugin's)
 computed by the advbudget core.
 
-Importing this module registers the estimators with verl (``register_adv_est``) when verl
-is installed; without verl it imports cleanly and registers nothing. verl computes
+Importing this module registers names with verl, and changes nothing else: the estimators
+(``register_adv_est``) and the ``advbudget_*`` v1 trainer modes (``register_trainer``),
+when verl is installed (without verl it imports cleanly and registers nothing). verl's own
+functions and methods stay verl's until a run selects an advbudget trainer mode or
+feature (:mod:`._hooks` lists every private verl symbol we touch, and when). verl computes
 advantages inside its ``TaskRunner`` Ray actor, not in the process you launch, so the
 import must happen there. Two hooks do it, both run by ``import verl`` in every process:
 
@@ -29,17 +32,19 @@ from ._estimators import (
     compute_result,
     estimator_function,
     estimator_names,
-    install_non_tensor_batch,
     register_estimators,
     report_failure,
 )
+from ._hooks import install_requested
 from ._metrics import METRIC_PREFIX, batch_metrics
-from ._skipped import install_kept_row_count
 from ._trainer import register_trainers
+from ._version import SUPPORTED_VERL, check_verl_version
 
 __all__ = [
     "METRIC_PREFIX",
+    "SUPPORTED_VERL",
     "batch_metrics",
+    "check_verl_version",
     "compute_result",
     "estimator_function",
     "estimator_names",
@@ -49,14 +54,14 @@ __all__ = [
 
 if importlib.util.find_spec("verl") is not None:
     try:
+        check_verl_version()
         register_estimators()
     except Exception as error:
         report_failure(error)
         raise
     # The metrics trainers need verl's v1 trainer (and TransferQueue); a failure there must
     # not cost the estimators, so it is reported and not raised. ADVBUDGET_VERL_TRAINERS=0
-    # skips them and the compute_advantage wrapper below (saves ~1.5 s of imports in
-    # processes that never build a trainer, so never call verl's compute_advantage).
+    # skips them (saves ~1.5 s of imports in processes that never build a trainer).
     if os.environ.get("ADVBUDGET_VERL_TRAINERS", "1") != "0":
         try:
             # verl's trainer modules warn on import (ray's state API, optional engines);
@@ -66,21 +71,10 @@ if importlib.util.find_spec("verl") is not None:
                 register_trainers()
         except Exception as error:
             report_failure(error, what="the verl metrics trainers (trainer.v1.trainer_mode)")
-        # verl hands non_tensor_batch (compute_score's extra keys) to its own gdpo only.
-        try:
-            with warnings.catch_warnings():  # verl's ray_trainer warns on import, as above
-                warnings.simplefilter("ignore")
-                install_non_tensor_batch()
-        except Exception as error:
-            report_failure(
-                error,
-                what="the reward components of advbudget_gdpo (verl's compute_advantage)",
-                consequence="advbudget_gdpo will not find algorithm.gdpo_reward_keys.",
-            )
-    # skipped_groups=drop's sequence count runs in the actor's workers, which import this
-    # module through the same hooks; a no-op for every batch without drop's flag.
+    # An advbudget_* trainer with skipped_groups=drop starts the actor's workers with the
+    # kept-row count switched on (its worker environment); no other process is patched.
     try:
-        install_kept_row_count()
+        install_requested()
     except Exception as error:
         report_failure(
             error,

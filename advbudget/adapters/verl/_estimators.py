@@ -49,19 +49,17 @@ Reward components (``advbudget_gdpo``): read as verl's own ``gdpo`` reads them,
 dict ``compute_score`` returns beside ``score``: verl's reward loop puts each key of its
 ``reward_extra_info`` in ``non_tensor_batch``), weighted by ``algorithm.gdpo_reward_weights``
 (``advbudget.weights`` overrides it); ``token_level_rewards`` is not used. verl's
-``compute_advantage`` hands ``non_tensor_batch`` to its own ``gdpo`` only, so the adapter
-wraps it (:func:`install_non_tensor_batch`) to let ours see it as well. verl 0.9.1's v1
+``compute_advantage`` hands ``non_tensor_batch`` to its own ``gdpo`` only, so ours read it
+from the ``data`` of that call (:func:`._hooks.compute_advantage_data`). verl 0.9.1's v1
 trainer does not fetch those keys for the advantage step (nor for verl's ``gdpo``):
 components reach the estimator with the legacy trainer (``trainer.use_v1=False``).
 """
 
 from __future__ import annotations
 
-import functools
 import inspect
 import sys
 from collections.abc import Callable, Mapping
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -71,7 +69,6 @@ import numpy as np
 from advbudget.core import (
     EstimatorSpec,
     compute_advantages,
-    get_convention,
     get_spec,
     on_register,
     reward_to_go,
@@ -79,29 +76,12 @@ from advbudget.core import (
     whiten_tokens,
 )
 
+from .._options import CORE_OPTIONS
+from .._step import publish
+from ._hooks import compute_advantage_data, estimator_registry
+from ._options import VERL, option, read_options
+
 VerlEstimator = Callable[..., tuple[Any, Any]]
-
-VERL = get_convention("verl")
-
-# The non_tensor_batch of the DataProto verl's compute_advantage is scoring (set by the
-# wrapper of install_non_tensor_batch), for estimators of reward components.
-NON_TENSOR_BATCH: ContextVar[Any] = ContextVar("advbudget_verl_non_tensor_batch", default=None)
-
-
-def option(config: Any, key: str, default: Any) -> Any:
-    """``config.<key>`` (a dotted path) from a DictConfig, a dataclass, a dict or None."""
-    value: Any = config
-    for part in key.split("."):
-        if value is None:
-            return default
-        if isinstance(value, dict) or hasattr(value, "get"):
-            try:
-                value = value.get(part, None)
-            except Exception:  # a dataclass with an unrelated ``get``
-                value = getattr(value, part, None)
-        else:
-            value = getattr(value, part, None)
-    return default if value is None else value
 
 
 def estimator_names() -> list[str]:
@@ -324,10 +304,10 @@ def core_settings(
     overrides: dict[str, Any] = {}
     if spec.option("norm_adv_by_std") is not None and switch is not None:  # grpo_passk
         overrides["norm_adv_by_std"] = bool(switch)
-    for key in (*(o.name for o in spec.options), "tie_rtol", "tie_atol", "nan_policy"):
-        value = option(config, f"advbudget.{key}", None)
-        if value is not None:
-            overrides[key] = value
+    given = read_options(config).estimator_options
+    for key in (*(o.name for o in spec.options), *CORE_OPTIONS):
+        if key in given:
+            overrides[key] = given[key]
     weights = option(config, "gdpo_reward_weights", None)  # verl's own key for gdpo's w_k
     if spec.components and weights is not None:
         overrides.setdefault("weights", list(weights))
@@ -444,10 +424,11 @@ def compute_result(
     inputs = {k: _float64(v) for k, v in _inputs(name, spec, response_mask, extra).items()}
     scores: Any
     if spec.components:
-        given = NON_TENSOR_BATCH.get() if non_tensor_batch is None else non_tensor_batch
+        given = non_tensor_batch
+        if given is None:  # verl's compute_advantage passes it to its own gdpo only
+            given = getattr(compute_advantage_data(), "non_tensor_batch", None)
         if given is not None or option(config, "gdpo_reward_keys", None):
-            # verl passes non_tensor_batch to its own gdpo (the wrapper, to ours), whose
-            # components it then requires
+            # verl's gdpo requires the components of a batch that has non_tensor_batch
             scores = reward_components(name, config, given, sequence_reward)
         else:  # no components given: verl's gdpo takes the sequence reward as the only one
             scores = {"reward": sequence_reward}
@@ -525,6 +506,7 @@ def _estimate(name: str, mirror: Mirror | None, given: dict[str, Any]) -> tuple[
         arguments=arguments,
         **extra,
     )
+    publish(result)  # to the advbudget_* trainer's hooks that run after verl's call
     torch = sys.modules["torch"]
     dtype = rewards.dtype if rewards.is_floating_point() else torch.float32
     if mirror is not None and mirror.tokens:
@@ -574,9 +556,10 @@ def _register_with_verl(name: str) -> None:
     from verl.trainer.ppo import core_algos
 
     fn = estimator_function(name)
-    existing = core_algos.ADV_ESTIMATOR_REGISTRY.get(name)
+    registry = estimator_registry()
+    existing = registry.get(name)
     if existing is not None and getattr(existing, "__qualname__", None) == fn.__qualname__:
-        core_algos.ADV_ESTIMATOR_REGISTRY.pop(name)  # ours, from an earlier import or spec
+        registry.pop(name)  # ours, from an earlier import or spec
     core_algos.register_adv_est(name)(fn)
 
 
@@ -584,40 +567,6 @@ def _on_new_estimator(spec: EstimatorSpec) -> None:
     for name in spec.names:
         _FUNCTIONS.pop(VERL.name_of(name), None)  # a replaced estimator: a fresh docstring
         _register_with_verl(VERL.name_of(name))
-
-
-def install_non_tensor_batch() -> bool:
-    """Wrap verl's ``compute_advantage`` (in ``ray_trainer`` and in every loaded verl module
-    that imported it by name) so that our estimators of reward components see the batch's
-    ``non_tensor_batch``, which verl hands to its own ``gdpo`` only. Every other call
-    passes through unchanged. Returns False without verl's trainer."""
-    try:
-        from verl.trainer.ppo import ray_trainer
-    except ImportError:
-        return False
-    original = ray_trainer.compute_advantage
-    if getattr(original, "_advbudget_non_tensor_batch", False):
-        return True
-    wrapped = _with_non_tensor_batch(original)
-    for module in list(sys.modules.values()):
-        if getattr(module, "__name__", "").startswith("verl.") and (
-            getattr(module, "compute_advantage", None) is original
-        ):
-            module.compute_advantage = wrapped  # type: ignore[attr-defined]
-    return True
-
-
-def _with_non_tensor_batch(compute_advantage: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(compute_advantage)
-    def wrapper(data: Any, *args: Any, **kwargs: Any) -> Any:
-        token = NON_TENSOR_BATCH.set(getattr(data, "non_tensor_batch", None))
-        try:
-            return compute_advantage(data, *args, **kwargs)
-        finally:
-            NON_TENSOR_BATCH.reset(token)
-
-    wrapper._advbudget_non_tensor_batch = True  # type: ignore[attr-defined]
-    return wrapper
 
 
 def report_failure(error: BaseException, what: str = "", consequence: str = "") -> None:

@@ -5,13 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from advbudget.core import get_spec, kappa_eff_of_pairs, kappa_pairs, sequence_logprobs
-from advbudget.metrics import DEFAULT_SOLVED_REWARD, advantage_metric_dict, kappa_metric_dict
+from advbudget.metrics import advantage_metric_dict, kappa_metric_dict
 
-from .._options import parse_solved_reward
-from ._estimators import VERL, compute_result, option
+from ._estimators import compute_result
+from ._options import VERL, option, read_options
 
 METRIC_PREFIX = VERL.metric_prefix
-SOLVED_REWARD_OPTION = "algorithm.advbudget.solved_reward"
 
 
 def solved_reward(config: Any) -> float | None:
@@ -27,18 +26,7 @@ def solved_reward(config: Any) -> float | None:
         >>> solved_reward({"advbudget": {"solved_reward": None}}) is None
         True
     """
-    node = option(config, "advbudget", None)
-    if node is None:
-        return DEFAULT_SOLVED_REWARD
-    if isinstance(node, dict) or hasattr(node, "keys"):  # a dict or a DictConfig
-        if "solved_reward" not in node:
-            return DEFAULT_SOLVED_REWARD
-        value = node["solved_reward"]
-    elif hasattr(node, "solved_reward"):
-        value = node.solved_reward
-    else:
-        return DEFAULT_SOLVED_REWARD
-    return parse_solved_reward(value, SOLVED_REWARD_OPTION, off="null")
+    return read_options(config).solved_reward
 
 
 def metrics_estimator(config: Any) -> str | None:

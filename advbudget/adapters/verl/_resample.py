@@ -25,18 +25,16 @@ import warnings
 from collections import Counter
 from typing import Any
 
-from ._estimators import compute_result, option
+from ._estimators import compute_result
+from ._hooks import ReplayBufferHooks, replay_buffer
+from ._options import option
 
 #: What verl loads as the custom sampler (``load_extern_type(path, name)``).
 SAMPLER_PATH = "pkg://advbudget.adapters.verl._resample"
 SAMPLER_NAME = "SkipRuleReplayBuffer"
-#: ``max_generation_batches`` when unset (the cap of verl's DAPO recipe).
-DEFAULT_MAX_GENERATION_BATCHES = 10
 
 
-def sampler_settings(
-    config: Any, estimator: str, max_generation_batches: int | None
-) -> dict[str, Any]:
+def sampler_settings(config: Any, estimator: str, max_generation_batches: int) -> dict[str, Any]:
     """What :class:`SkipRuleReplayBuffer` reads from ``sampler_kwargs.advbudget``."""
     from omegaconf import OmegaConf
 
@@ -54,7 +52,7 @@ def sampler_settings(
             **_verl_switches(plain),
         },
         "train_batch_size": int(config.data.train_batch_size),
-        "max_generation_batches": max_generation_batches or DEFAULT_MAX_GENERATION_BATCHES,
+        "max_generation_batches": max_generation_batches,
         "max_inflight_gen_batches": int(option(filter_groups, "max_inflight_gen_batches", 1)),
     }
 
@@ -94,16 +92,14 @@ def __getattr__(name: str) -> Any:
     if name != SAMPLER_NAME:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     if not _SAMPLER:
-        from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
-
-        _SAMPLER.append(_make_sampler(ReplayBuffer))
+        _SAMPLER.append(_make_sampler(replay_buffer()))
     return _SAMPLER[0]
 
 
 def _make_sampler(base: type) -> type:
     import transfer_queue as tq
 
-    class Sampler(base):  # type: ignore[misc]
+    class Sampler(ReplayBufferHooks, base):  # type: ignore[misc]
         def __init__(self, **kwargs: Any) -> None:
             settings = dict(option(kwargs.get("sampler_kwargs"), "advbudget", {}) or {})
             self._advbudget = settings
@@ -128,11 +124,13 @@ def _make_sampler(base: type) -> type:
             """Rounds this step took: its own batch and the refills, in train batches."""
             return 1 + math.ceil(self._generated / int(self.train_batch_size))
 
-        def _dapo_filtered_keys(self, partition_id: str) -> tuple[set[str], Counter[float]]:
+        def filtered_groups(self, partition_id: str) -> tuple[set[str], Counter[float]]:
+            """verl's DAPO filter with the estimator's skip rule: the groups (uids) to
+            evict and a count of their rewards; nothing after the rounds cap."""
             if partition_id == "val":
                 return set(), Counter()
             finished = self.finished_keys[partition_id]
-            cache = self._dapo_classification_cache[partition_id]
+            cache = self.classified(partition_id)
             for uid in cache.keys() - finished:
                 del cache[uid]
             new = finished - cache.keys()
@@ -157,17 +155,17 @@ def _make_sampler(base: type) -> type:
                 return set(), Counter()
             return set(filtered), Counter(filtered.values())
 
-        def _select_prompt_uids(
+        def sampleable(
             self, partition_id: str, sampleable_keys: set[str], batch_size: int
-        ) -> Any:
-            # After the cap, skipped groups are sampleable: take kept ones first (the rest
-            # is verl's discarded surplus).
+        ) -> set[str]:
+            """The groups verl may sample: after the cap, skipped groups are sampleable, so
+            kept ones are taken first (the rest is verl's discarded surplus)."""
             if self._capped and partition_id != "val":
-                cache = self._dapo_classification_cache[partition_id]
+                cache = self.classified(partition_id)
                 kept = {uid for uid in sampleable_keys if cache.get(uid) is None}
                 if len(kept) >= batch_size:
-                    sampleable_keys = kept
-            return super()._select_prompt_uids(partition_id, sampleable_keys, batch_size)
+                    return kept
+            return sampleable_keys
 
         def sample(self, global_steps: int, partition_id: str, batch_size: int) -> Any:
             if partition_id == "val":
@@ -178,7 +176,7 @@ def _make_sampler(base: type) -> type:
             metrics["advbudget/generation_batches"] = float(rounds)
             metrics["advbudget/refilled_prompts"] = float(self._generated)
             if self._capped:
-                cache = self._dapo_classification_cache[partition_id]
+                cache = self.classified(partition_id)
                 uids = {key.split("_")[0] for key in batch.keys}
                 left = sum(cache.get(uid) is not None for uid in uids)
                 if left:

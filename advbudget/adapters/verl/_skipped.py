@@ -11,7 +11,7 @@ A skipped row is a response of a group the estimator skipped, or one whose NaN r
   ``loss_mask``). verl divides the ``seq-mean-*`` modes by a constant ``global_batch_size``
   (``ppo_mini_batch_size * rollout.n`` rows, empty rows included): with ``drop`` the
   actor's ``train_batch`` replaces it by the mini-batch's rows with a non-empty mask,
-  all-reduced over the data-parallel ranks (:func:`install_kept_row_count`).
+  all-reduced over the data-parallel ranks (:func:`with_kept_row_count`).
 - ``resample``: DAPO's dynamic sampling with the estimator's skip rule, through verl's V1
   sync replay buffer (:mod:`advbudget.adapters.verl._resample`).
 """
@@ -21,11 +21,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from .._options import parse_max_generation_batches, parse_skipped_groups
-from ._estimators import option
+from ._options import key_of, option, read_options
 
-SKIPPED_GROUPS_OPTION = "algorithm.advbudget.skipped_groups"
-MAX_GENERATION_BATCHES_OPTION = "algorithm.advbudget.max_generation_batches"
+SKIPPED_GROUPS_OPTION = key_of("skipped_groups")
 
 #: Why ``resample`` runs only with the sync trainer.
 RESAMPLE_REFUSED = (
@@ -51,25 +49,7 @@ def skipped_groups(config: Any) -> str:
         ...
         ValueError: algorithm.advbudget.skipped_groups: expected one of keep, drop, ... got 'skip'
     """
-    value = option(config, "advbudget.skipped_groups", "keep")
-    return parse_skipped_groups(value, SKIPPED_GROUPS_OPTION)
-
-
-def max_generation_batches(config: Any) -> int | None:
-    """``+algorithm.advbudget.max_generation_batches`` (an int >= 1), None when unset.
-
-    Examples:
-        >>> max_generation_batches({"advbudget": {"max_generation_batches": "3"}})
-        3
-        >>> max_generation_batches({"advbudget": {"max_generation_batches": 0}})
-        Traceback (most recent call last):
-        ...
-        ValueError: algorithm.advbudget.max_generation_batches: expected an int >= 1, got 0
-    """
-    value = option(config, "advbudget.max_generation_batches", None)
-    if value is None:
-        return None
-    return parse_max_generation_batches(value, MAX_GENERATION_BATCHES_OPTION)
+    return read_options(config).skipped_groups
 
 
 def check_options(config: Any, *, trainer_mode: str | None) -> str:
@@ -82,8 +62,7 @@ def check_options(config: Any, *, trainer_mode: str | None) -> str:
     from ._metrics import metrics_estimator
 
     algorithm = option(config, "algorithm", None)
-    choice = skipped_groups(algorithm)
-    max_generation_batches(algorithm)
+    choice = read_options(algorithm).skipped_groups
     if choice == "keep":
         return choice
     if not (trainer_mode or "").startswith("advbudget_"):
@@ -181,27 +160,16 @@ def kept_row_count(loss_mask: Any) -> Any:
     return (sums > 0).sum()
 
 
-def install_kept_row_count() -> bool:
-    """Wrap verl's ``TrainingWorker.train_batch`` (once, in every process that imports the
-    adapter): a mini-batch that carries :data:`DROP_FLAG` = ``drop`` gets
-    ``global_batch_size`` = its rows with a non-empty ``loss_mask``, summed over the
-    data-parallel group, in place of the constant mini-batch size the trainer set. Any
-    other batch passes through untouched. Returns False without verl's engine workers."""
-    try:
-        from verl.workers import engine_workers
-    except ImportError:
-        return False
-    worker = engine_workers.TrainingWorker
-    if getattr(worker.train_batch, "_advbudget_kept_rows", False):
-        return True
-    worker.train_batch = _with_kept_row_count(worker.train_batch)
-    return True
-
-
 _SAID: list[bool] = []
 
 
-def _with_kept_row_count(train_batch: Any) -> Any:
+def with_kept_row_count(train_batch: Any) -> Any:
+    """verl's ``TrainingWorker.train_batch`` wrapped so that a mini-batch carrying
+    :data:`DROP_FLAG` = ``drop`` gets ``global_batch_size`` = its rows with a non-empty
+    ``loss_mask``, summed over the data-parallel group, in place of the constant mini-batch
+    size the trainer set; any other batch passes through untouched. Installed only in the
+    workers of an ``advbudget_*`` trainer with drop (:func:`._hooks.install_requested`)."""
+
     @functools.wraps(train_batch)
     def wrapper(self: Any, data: Any) -> Any:
         from verl.utils import tensordict_utils as tu
@@ -219,7 +187,6 @@ def _with_kept_row_count(train_batch: Any) -> Any:
                 )
         return train_batch(self, data)
 
-    wrapper._advbudget_kept_rows = True  # type: ignore[attr-defined]
     return wrapper
 
 
@@ -232,7 +199,9 @@ def _global_kept_rows(worker: Any, data: Any) -> int:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         from verl.utils.device import get_device_id
 
+        from ._hooks import data_parallel_group
+
         count = count.to(get_device_id())
-        group = worker.engine.get_data_parallel_group()
+        group = data_parallel_group(worker)
         torch.distributed.all_reduce(count, op=torch.distributed.ReduceOp.SUM, group=group)
     return max(int(count.item()), 1)

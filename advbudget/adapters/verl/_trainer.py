@@ -31,17 +31,34 @@ msgspec``); :func:`register_trainers` returns ``[]`` without it.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
-import math
 import os
 import warnings
 from typing import Any
 
-from advbudget.metrics import PromptLedger, advantage_metric_dict
+from advbudget.metrics import PromptLedger
 
-from ._estimators import VERL, option
-from ._metrics import METRIC_PREFIX, batch_result, metrics_estimator, solved_reward
+from .._options import AdapterOptions
+from .._step import (
+    Step,
+    defined,
+    group_prompts,
+    kappa_due,
+    step_metrics,
+    take_published,
+    update_ledger,
+)
+from ._hooks import (
+    KEPT_ROWS_ENV,
+    TrainerHooks,
+    data_parallel_size,
+    response_log_probs,
+    trainer_registry,
+)
+from ._metrics import METRIC_PREFIX, batch_result, metrics_estimator
+from ._options import option, read_options
 from ._skipped import DROP_FLAG, check_options, drop_rule
 
 # Our mode name -> (module, class, verl's mode name) of the verl trainer it extends.
@@ -59,8 +76,6 @@ BASE_TRAINERS = {
     ),
 }
 
-DEFAULT_KAPPA_EVERY = VERL.kappa_every
-
 
 def register_trainers() -> list[str]:
     """Register the metrics trainers with verl's v1 trainer registry; returns their names.
@@ -71,24 +86,25 @@ def register_trainers() -> list[str]:
         return []
     from verl.trainer.ppo.v1 import trainer_base
 
+    registry = trainer_registry()
     names = []
     for name, (module_name, _class_name, base_mode) in BASE_TRAINERS.items():
-        base = trainer_base.TRAINER_REGISTRY.get(base_mode)
+        base = registry.get(base_mode)
         if base is None:
             importlib.import_module(module_name)
-            base = trainer_base.TRAINER_REGISTRY.get(base_mode)
+            base = registry.get(base_mode)
         if base is None:
             continue
-        existing = trainer_base.TRAINER_REGISTRY.get(name)
+        existing = registry.get(name)
         if existing is not None and existing.__qualname__ == f"AdvbudgetMetrics_{base_mode}":
-            trainer_base.TRAINER_REGISTRY.pop(name)  # ours, from an earlier import
+            registry.pop(name)  # ours, from an earlier import
         trainer_base.register_trainer(name)(_make_trainer(base, base_mode))
         names.append(name)
     return names
 
 
 def _make_trainer(base: type, base_mode: str) -> type:
-    class Trainer(base):  # type: ignore[misc]
+    class Trainer(TrainerHooks, base):  # type: ignore[misc]
         # +algorithm.advbudget.skipped_groups, and the rows drop leaves out of this step's
         # actor update (keys of the batch); set per instance in __init__.
         _advbudget_skipped_groups = "keep"
@@ -98,8 +114,9 @@ def _make_trainer(base: type, base_mode: str) -> type:
         def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
             from omegaconf import open_dict
 
-            # Bad options fail here, before any model loads.
-            solved_reward(option(config, "algorithm", None))
+            # Read once (the cached property's value); bad options fail here, before any
+            # model loads.
+            self.__dict__["advbudget_options"] = read_options(option(config, "algorithm", None))
             mode = str(option(config, "trainer.v1.trainer_mode", ""))
             self._advbudget_skipped_groups = check_options(config, trainer_mode=mode)
             self._advbudget_dropped = []
@@ -109,26 +126,26 @@ def _make_trainer(base: type, base_mode: str) -> type:
             with open_dict(config):
                 config.trainer.v1.trainer_mode = base_mode
                 if self._advbudget_skipped_groups == "resample":
-                    print(_use_resample_sampler(config), flush=True)
+                    print(_use_resample_sampler(config, self.advbudget_options), flush=True)
             super().__init__(config, *args, **kwargs)
 
-        def _compute_advantage(self, batch: Any, metrics: dict[str, Any]) -> Any:
-            batch = super()._compute_advantage(batch, metrics=metrics)
-            # token_level_rewards reach TransferQueue only with a KL penalty in the reward;
-            # otherwise they are the reward model's scores, as in verl's own method.
-            kl_in_reward = bool(self.config.algorithm.get("use_kl_in_reward", False))
-            field = "token_level_rewards" if kl_in_reward else "rm_scores"
-            data = _fetch_dataproto(batch, ["uid", field, "response_mask"])
-            data.batch["token_level_rewards"] = data.batch[field]
-            config = self.config.algorithm
-            result = batch_result(data, config)
+        @functools.cached_property
+        def advbudget_options(self) -> AdapterOptions:
+            """``+algorithm.advbudget.*``, read once (in ``__init__``)."""
+            return read_options(option(self.config, "algorithm", None))
+
+        def worker_environment(self) -> dict[str, str]:
+            """What the actor's worker processes are started with: drop's kept-row count
+            (:func:`._hooks.install_requested`) when drop is on."""
+            return {KEPT_ROWS_ENV: "1"} if self._advbudget_skipped_groups == "drop" else {}
+
+        def after_advantage(self, batch: Any, metrics: dict[str, Any]) -> Any:
+            """After verl's advantage step: our metrics, the ledger, drop's rows."""
+            result = self._step_result(batch)
             if result is not None:
-                reward = solved_reward(config)
-                metrics.update(
-                    _defined(advantage_metric_dict(result, METRIC_PREFIX, solved_reward=reward))
-                )
-                if reward is not None:
-                    metrics.update(_defined(self._update_ledger(batch, result, reward)))
+                step = Step(result, self.advbudget_options, METRIC_PREFIX)
+                metrics.update(step_metrics(step))
+                metrics.update(self._update_ledger(batch, step))
             if self._advbudget_skipped_groups == "drop" and result is not None:
                 real = [i for i, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
                 skipped = [i for i, kept in enumerate(result.valid.tolist()) if not kept]
@@ -136,34 +153,47 @@ def _make_trainer(base: type, base_mode: str) -> type:
             metrics.update(_reward_fault_counts(batch))
             return batch
 
-        def _update_ledger(self, batch: Any, result: Any, reward: float) -> dict[str, float]:
+        def _step_result(self, batch: Any) -> Any:
+            """The step's result over the real rows: the one our estimator just computed
+            (:func:`~advbudget.adapters._step.publish`), or, for verl's own estimators and
+            batches with verl's padding rows (which took part in its call), computed here
+            from the batch as the estimator saw it. None for an estimator we do not describe."""
+            published = take_published(len(batch.keys))
+            if metrics_estimator(self.config.algorithm) is None:
+                return None
+            if published is not None and not any(t.get("is_padding", False) for t in batch.tags):
+                return published
+            # token_level_rewards reach TransferQueue only with a KL penalty in the reward;
+            # otherwise they are the reward model's scores, as in verl's own method.
+            kl_in_reward = bool(self.config.algorithm.get("use_kl_in_reward", False))
+            field = "token_level_rewards" if kl_in_reward else "rm_scores"
+            data = _fetch_dataproto(batch, ["uid", field, "response_mask"])
+            data.batch["token_level_rewards"] = data.batch[field]
+            return batch_result(data, self.config.algorithm)
+
+        def _update_ledger(self, batch: Any, step: Step) -> dict[str, float]:
             """The per-prompt ledger (never/always-solved recurring prompts) after this
             batch; kept with verl's checkpoints (:data:`LEDGER_FILE`)."""
-            from advbudget.metrics import group_outcomes
-
+            if not step.options.prompt_ledger:
+                return {}
             identities = _prompt_identities(batch)
             if identities is None:
                 return {}
             if self._advbudget_ledger is None:
                 self._advbudget_ledger = PromptLedger()
-            first: dict[int, Any] = {}
-            for row, group in enumerate(result.group_index.tolist()):
-                first.setdefault(group, identities[row])
-            prompts = [first[group] for group in range(len(first))]
-            self._advbudget_ledger.update(prompts, group_outcomes(result, reward))
-            return {f"{METRIC_PREFIX}{k}": v for k, v in self._advbudget_ledger.metrics().items()}
+            prompts = group_prompts(step, identities)
+            return update_ledger(self._advbudget_ledger, step, prompts)
 
-        def _save_checkpoint(self) -> Any:
-            out = super()._save_checkpoint()
+        def after_save(self) -> None:
+            """The ledger beside the checkpoint verl just wrote."""
             if self._advbudget_ledger is not None:
                 folder = _step_folder(self.config.trainer.default_local_dir, self.global_steps)
                 os.makedirs(folder, exist_ok=True)
                 with open(os.path.join(folder, LEDGER_FILE), "w", encoding="utf-8") as file:
                     json.dump(self._advbudget_ledger.state_dict(), file)
-            return out
 
-        def _load_checkpoint(self) -> Any:
-            out = super()._load_checkpoint()
+        def after_load(self) -> None:
+            """The ledger of the checkpoint verl just resumed from."""
             trainer = self.config.trainer
             if self.global_steps > 0:  # resumed
                 folder = (
@@ -177,16 +207,14 @@ def _make_trainer(base: type, base_mode: str) -> type:
                         ledger = PromptLedger()
                         ledger.load_state_dict(json.load(file))
                     self._advbudget_ledger = ledger
-            return out
 
-        def _update_actor(self, batch: Any, metrics: dict[str, Any]) -> Any:
+        def update_actor(self, batch: Any, metrics: dict[str, Any]) -> Any:
+            """verl's actor update (without drop's rows), then κ_eff every kappa_every."""
             if self._advbudget_skipped_groups == "drop":
                 batch = _update_without(self, batch, metrics)
             else:
-                batch = super()._update_actor(batch, metrics=metrics)
-            config = self.config.algorithm
-            every = int(option(config, "advbudget.kappa_every", DEFAULT_KAPPA_EVERY))
-            if every > 0 and self.global_steps % every == 0:
+                batch = self.verl_update_actor(batch, metrics)
+            if kappa_due(self.advbudget_options, self.global_steps):
                 metrics.update(self._kappa_eff(batch))
             return batch
 
@@ -198,7 +226,7 @@ def _make_trainer(base: type, base_mode: str) -> type:
             if name is None:
                 return {}
             try:
-                return _defined(_kappa_eff_of_batch(self, batch))
+                return defined(_kappa_eff_of_batch(self, batch))
             except Exception as error:  # a metric is never worth the step (OOM, a worker, ...)
                 warnings.warn(
                     f"advbudget: κ_eff skipped at step {self.global_steps}: "
@@ -210,7 +238,7 @@ def _make_trainer(base: type, base_mode: str) -> type:
 
     def _update_without(trainer: Any, batch: Any, metrics: dict[str, Any]) -> Any:
         """verl's actor update with the dropped rows' masks zeroed and :data:`DROP_FLAG`
-        set (the kept-row count of :func:`install_kept_row_count`); the masks are put back
+        set (the kept-row count of :func:`._skipped.with_kept_row_count`); the masks are put back
         after it, for verl's metrics and κ_eff. A step whose every response is dropped
         has nothing to train on: verl's update is not run (its optimizer would still move
         the weights with Adam's momentum on a zero gradient, or skip a NaN one)."""
@@ -224,7 +252,7 @@ def _make_trainer(base: type, base_mode: str) -> type:
         saved = _zero_masks(batch, dropped)
         batch.extra_info[DROP_FLAG] = "drop"
         try:
-            return base._update_actor(trainer, batch, metrics=metrics)  # type: ignore[attr-defined]
+            return trainer.verl_update_actor(batch, metrics)
         finally:
             batch.extra_info.pop(DROP_FLAG, None)
             if saved is not None:
@@ -235,15 +263,14 @@ def _make_trainer(base: type, base_mode: str) -> type:
     return Trainer
 
 
-def _use_resample_sampler(config: Any) -> str:
+def _use_resample_sampler(config: Any, options: AdapterOptions) -> str:
     """Point verl's V1 trainer at :mod:`._resample`'s replay buffer (``config`` open);
     returns the start-up line saying so."""
     from ._resample import SAMPLER_NAME, SAMPLER_PATH, sampler_settings
-    from ._skipped import max_generation_batches
 
     estimator = metrics_estimator(config.algorithm)
     assert estimator is not None  # check_options refused it
-    settings = sampler_settings(config, estimator, max_generation_batches(config.algorithm))
+    settings = sampler_settings(config, estimator, options.max_generation_batches)
     sampler = config.trainer.v1.sampler
     sampler.custom_sampler = {"path": SAMPLER_PATH, "name": SAMPLER_NAME}
     sampler.sampler_kwargs = {**(sampler.get("sampler_kwargs") or {}), "advbudget": settings}
@@ -323,12 +350,6 @@ def _put_fields(batch: Any, keys: list[Any], fields: Any) -> None:
     import transfer_queue as tq
 
     tq.kv_batch_put(keys=keys, partition_id=batch.partition_id, fields=fields)
-
-
-def _defined(metrics: dict[str, float]) -> dict[str, float]:
-    """The metrics that have a value this step: NaN ones (the advantage gap when every group
-    was skipped, κ_eff without pairs) are left out rather than logged as NaN."""
-    return {key: value for key, value in metrics.items() if not math.isnan(value)}
 
 
 def _reward_fault_counts(batch: Any) -> dict[str, float]:
@@ -412,7 +433,7 @@ def _kappa_eff_of_batch(trainer: Any, batch: Any) -> dict[str, float]:
     chosen = set(keys)
     spare = [i for i, tag in enumerate(batch.tags) if tag.get("is_padding", False)]
     spare += [i for i in real if batch.keys[i] not in chosen]
-    dp_size = _dp_size(trainer.actor_rollout_wg)
+    dp_size = data_parallel_size(trainer.actor_rollout_wg)
     micro_batch = log_prob_micro_batch_size(trainer.config.actor_rollout_ref)
     needed = kappa_rows(len(keys), dp_size=dp_size, micro_batch_size=micro_batch) - len(keys)
     if needed > len(spare):
@@ -453,9 +474,7 @@ def _fetch_log_probs(batch: Any) -> dict[str, Any]:
     for field in fields:
         value = data[field]
         if field == "log_probs" and value.is_nested:  # prompt + response: slice as verl does
-            from verl.workers.utils.padding import response_from_nested
-
-            value = response_from_nested(value, data["response_mask"])
+            value = response_log_probs(value, data["response_mask"])
         out[field] = value.to_padded_tensor(0.0) if value.is_nested else value
     return out
 
@@ -489,14 +508,3 @@ def log_prob_micro_batch_size(actor_rollout_ref: Any) -> int | None:
         return None
     size = rollout.get("log_prob_micro_batch_size_per_gpu")
     return int(size) if size else None
-
-
-def _dp_size(worker_group: Any) -> int:
-    """The actor's data-parallel size (as verl's ``_balance_batch`` reads it); 1 without
-    dispatch information."""
-    info = getattr(worker_group, "_dispatch_info", None)
-    if info is None or not hasattr(worker_group, "_query_dispatch_info"):
-        return 1
-    if "actor" not in info:
-        info["actor"] = worker_group._query_dispatch_info("actor")
-    return int(max(info["actor"])) + 1

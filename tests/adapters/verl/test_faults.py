@@ -158,7 +158,12 @@ def test_kappa_schedule_depends_only_on_the_restored_global_steps(
     after_resume = passes(resumed, batch, range(4, 7))
     assert uninterrupted == [2, 4, 6]
     assert before_save + after_resume == uninterrupted
-    assert set(vars(resumed)) == {"config", "actor_rollout_wg", "global_steps"}
+    # the options are read from the config (a cache of it), not state to checkpoint
+    assert set(vars(resumed)) - {"advbudget_options"} == {
+        "config",
+        "actor_rollout_wg",
+        "global_steps",
+    }
 
 
 def test_nan_rewards_follow_the_configured_nan_policy() -> None:

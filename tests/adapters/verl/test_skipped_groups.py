@@ -129,7 +129,7 @@ def _gradient(
     from verl.utils import tensordict_utils as tu
     from verl.workers.utils.losses import ppo_loss
 
-    from advbudget.adapters.verl._skipped import DROP_FLAG, _with_kept_row_count, kept_row_count
+    from advbudget.adapters.verl._skipped import DROP_FLAG, kept_row_count, with_kept_row_count
 
     theta = torch.linspace(-0.3, 0.4, DIM, dtype=torch.float64).requires_grad_()
     mini_batches = [
@@ -141,7 +141,7 @@ def _gradient(
         # What the wrapper puts in each rank's mini-batch (here: its local count, then the
         # sum its all-reduce takes over the ranks).
         seen: list[int] = []
-        wrapped = _with_kept_row_count(lambda worker, data: seen.append(data["global_batch_size"]))
+        wrapped = with_kept_row_count(lambda worker, data: seen.append(data["global_batch_size"]))
         for mb in mini_batches:
             tu.assign_non_tensor(mb, **{DROP_FLAG: "drop", "global_batch_size": rows})
             wrapped(None, mb)
@@ -220,23 +220,34 @@ def test_seq_mean_token_sum_norm_keeps_its_constant() -> None:
     torch.testing.assert_close(drop, expected, rtol=0, atol=_sum_rounding(expected, rows))
 
 
-def test_wrapper_leaves_other_batches_alone() -> None:
-    """Without drop's flag the mini-batch reaches verl's train_batch untouched; the wrapper
-    is installed once on verl's real TrainingWorker."""
+def test_wrapper_leaves_other_batches_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Importing the adapter leaves verl's TrainingWorker as it is; installed (as drop's
+    workers do), the wrapper is installed once and passes a batch without drop's flag to
+    verl's train_batch untouched."""
     from verl.utils import tensordict_utils as tu
     from verl.workers.engine_workers import TrainingWorker
 
-    import advbudget.adapters.verl  # noqa: F401 (installs the wrapper)
-    from advbudget.adapters.verl._skipped import _with_kept_row_count, install_kept_row_count
+    import advbudget.adapters.verl  # noqa: F401 (registers, patches nothing)
+    from advbudget.adapters.verl._hooks import KEPT_ROWS_ENV, install_requested
+    from advbudget.adapters.verl._skipped import with_kept_row_count
 
-    assert TrainingWorker.train_batch._advbudget_kept_rows
-    before = TrainingWorker.train_batch
-    assert install_kept_row_count()
-    assert TrainingWorker.train_batch is before
+    verls = TrainingWorker.train_batch
+    assert not hasattr(verls, "_advbudget_kept_rows")
+    monkeypatch.setattr(TrainingWorker, "train_batch", verls)  # put back after the test
+    monkeypatch.delenv(KEPT_ROWS_ENV, raising=False)
+    assert not install_requested()
+    assert TrainingWorker.train_batch is verls
+    monkeypatch.setenv(KEPT_ROWS_ENV, "1")
+    assert install_requested()
+    wrapped = TrainingWorker.train_batch
+    assert wrapped._advbudget_kept_rows
+    assert wrapped.__wrapped__ is verls
+    assert install_requested()
+    assert TrainingWorker.train_batch is wrapped  # once
     data = _micro_batch(_rows()[:4], [0.0] * 4, masked={0, 1})
     tu.assign_non_tensor(data, global_batch_size=4)
     seen: list[int] = []
-    _with_kept_row_count(lambda worker, d: seen.append(d["global_batch_size"]))(None, data)
+    with_kept_row_count(lambda worker, d: seen.append(d["global_batch_size"]))(None, data)
     assert seen == [4]
 
 

@@ -1,0 +1,250 @@
+"""The trainer features around the estimators, written once for every adapter.
+
+An adapter computes its step's :class:`~advbudget.AdvantageResult` once and hands it, with
+the run's :class:`~._options.AdapterOptions`, to these functions: the metrics its framework
+logs, the prompt ledger, κ_eff's pairs, ``drop``'s rows and ``resample``'s plan. They import
+no trainer and take numpy, torch or jax results alike (through the core); what stays in an
+adapter is only how its framework hands over a batch and takes these back.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from advbudget._ledger import PromptLedger
+from advbudget.core import AdvantageResult, KappaPairs, kappa_pairs
+from advbudget.metrics import advantage_metric_dict, advantage_metrics, group_outcomes
+
+from ._options import AdapterOptions
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step's advantages, as the adapter computed them, and the run's options."""
+
+    result: AdvantageResult
+    options: AdapterOptions
+    prefix: str = "advbudget/"
+
+
+def defined(metrics: Mapping[str, float]) -> dict[str, float]:
+    """The metrics that have a value this step: NaN ones (the advantage gap when every group
+    was skipped, κ_eff without pairs) are left out, not logged as NaN (TensorBoard refuses
+    them, and a mean over steps would turn NaN).
+
+    Examples:
+        >>> defined({"a": 1.0, "b": float("nan")})
+        {'a': 1.0}
+    """
+    return {key: float(value) for key, value in metrics.items() if not math.isnan(value)}
+
+
+def step_metrics(step: Step) -> dict[str, float]:
+    """The step's advantage metrics (:func:`~advbudget.metrics.advantage_metrics`),
+    prefixed, NaN left out."""
+    metrics = advantage_metric_dict(
+        step.result, step.prefix, solved_reward=step.options.solved_reward
+    )
+    return defined(metrics)
+
+
+def per_sample_metrics(step: Step) -> dict[str, list[float]]:
+    """:func:`step_metrics` as one value per rollout, in the result's row order, for a
+    framework that logs the sample mean of per-sample values (OpenRLHF's ``info``).
+
+    The fractions and the mean advantage are per-rollout values whose mean is the batch's;
+    the advantage gap (a mean over kept groups), std, min and max are the batch's value
+    for every rollout. ``unsolved_group_fraction`` / ``solved_group_fraction`` are
+    fractions of the groups with a reward: each rollout of such a group carries 1 or 0 (all
+    groups have the same size), each rollout of a group with no reward (all NaN) carries
+    the batch's fraction, so the mean is the batch's value. NaN values are left out.
+    """
+    result, solved_reward = step.result, step.options.solved_reward
+    index = _host(result.group_index).astype(np.int64)
+    batch = advantage_metrics(result, solved_reward=solved_reward)
+    values: dict[str, np.ndarray] = {"skipped_group_fraction": _host(result.group_skipped)[index]}
+    if solved_reward is not None:
+        outcomes = group_outcomes(result, solved_reward)
+        scored = _host(outcomes.scored)
+        for name, groups in (
+            ("unsolved_group_fraction", outcomes.unsolved),
+            ("solved_group_fraction", outcomes.solved),
+        ):
+            if not math.isnan(batch[name]):
+                values[name] = np.where(scored, _host(groups), batch[name])[index]
+    advantages = _host(result.advantages)
+    values["positive_advantage_fraction"] = advantages > 0
+    values["valid_fraction"] = _host(result.valid)
+    values["advantage_mean"] = advantages
+    out = {name: np.asarray(v, dtype=np.float64).tolist() for name, v in values.items()}
+    for name in BATCH_WIDE:
+        if not math.isnan(batch[name]):  # the gap when every group is skipped: no value
+            out[name] = [batch[name]] * len(index)
+    return {step.prefix + name: v for name, v in out.items()}
+
+
+#: The metrics :func:`per_sample_metrics` gives every rollout the batch's value of.
+BATCH_WIDE = (
+    "advantage_gap_mean",
+    "advantage_std",
+    "advantage_min",
+    "advantage_max",
+    "nan_reward_fraction",
+)
+
+
+def group_prompts(step: Step, row_prompts: Sequence[Any]) -> list[Any]:
+    """The prompt of each group (the first row's), in group order, from one prompt per row."""
+    prompts: dict[int, Any] = {}
+    for row, group in enumerate(_host(step.result.group_index).tolist()):
+        prompts.setdefault(int(group), row_prompts[row])
+    return [prompts[group] for group in range(step.result.num_groups)]
+
+
+def update_ledger(ledger: PromptLedger, step: Step, prompts: Sequence[Any]) -> dict[str, float]:
+    """Record the step's groups (one prompt identity per group, in group order) in the
+    run's ledger; return its metrics, prefixed, NaN left out. Nothing when the solved/
+    unsolved split is off (``solved_reward=None``)."""
+    solved_reward = step.options.solved_reward
+    if solved_reward is None:
+        return {}
+    ledger.update(prompts, group_outcomes(step.result, solved_reward))
+    return defined({step.prefix + key: value for key, value in ledger.metrics().items()})
+
+
+def kappa_due(options: AdapterOptions, step_number: int) -> bool:
+    """Whether κ_eff is measured after update ``step_number`` (counted from 1)."""
+    return options.kappa_every > 0 and step_number % options.kappa_every == 0
+
+
+def kappa_rows(step: Step) -> KappaPairs:
+    """κ_eff's pairs: each kept group's o+ and o- (highest and lowest advantage)."""
+    return kappa_pairs(step.result.advantages, group_ids=step.result.group_index)
+
+
+def dropped_rows(step: Step) -> list[int]:
+    """The rows ``drop`` leaves out of the update (a skipped group's, a NaN reward's under
+    ``nan_policy="omit"``): none unless the run asked for drop or resample."""
+    if step.options.skipped_groups == "keep":
+        return []
+    return [int(row) for row in np.flatnonzero(~_host(step.result.valid).astype(bool))]
+
+
+def kept_groups(result: AdvantageResult, groups: range | None = None) -> list[int]:
+    """The groups (of ``groups``, default all) the estimator did not skip, in order."""
+    skipped = _host(result.group_skipped).tolist()
+    return [g for g in groups or range(len(skipped)) if not skipped[g]]
+
+
+@dataclass(frozen=True)
+class ResamplePlan:
+    """Which groups a resampled step trains on: ``picks`` (round, group) in round order,
+    kept groups first, filled up with skipped ones (dropped) when ``short`` of them."""
+
+    picks: list[tuple[int, int]]
+    short: int
+
+
+def resample_plan(kept: Sequence[Sequence[int]], need: int, groups_per_round: int) -> ResamplePlan:
+    """The step's groups after ``len(kept)`` generation rounds: ``kept[r]`` are the kept
+    groups of round ``r`` (each of ``groups_per_round``); the first ``need`` kept ones in
+    round order, then, when fewer, skipped ones in round order (``drop`` leaves them out).
+
+    Examples:
+        >>> resample_plan([[1], [0, 2]], need=3, groups_per_round=3)
+        ResamplePlan(picks=[(0, 1), (1, 0), (1, 2)], short=0)
+        >>> resample_plan([[2], []], need=3, groups_per_round=3)
+        ResamplePlan(picks=[(0, 2), (0, 0), (0, 1)], short=2)
+    """
+    picks = [(r, g) for r, groups in enumerate(kept) for g in groups][:need]
+    short = need - len(picks)
+    if short:
+        chosen = set(picks)
+        fillers = [
+            (r, g)
+            for r in range(len(kept))
+            for g in range(groups_per_round)
+            if (r, g) not in chosen
+        ]
+        picks += fillers[:short]
+    return ResamplePlan(picks, short)
+
+
+def may_resample(options: AdapterOptions, rounds: int, short: int) -> bool:
+    """Whether ``resample`` generates another round: groups are still missing and the
+    rounds so far are under ``max_generation_batches``."""
+    return short > 0 and rounds < options.max_generation_batches
+
+
+def resample_shortfall(found: int, total: int, rounds: int, options: AdapterOptions) -> str:
+    """The warning of a step that ran out of rounds before it had enough kept groups.
+
+    Examples:
+        >>> from advbudget.adapters._options import AdapterOptions
+        >>> print(resample_shortfall(5, 8, 2, AdapterOptions("trl", max_generation_batches=2)))
+        skipped_groups='resample' found 5 of 8 kept groups in 2 generation rounds
+        (max_generation_batches=2); the step trains on them and drops the 3 skipped groups
+        that fill the batch
+    """
+    return (
+        f"skipped_groups='resample' found {found} of {total} kept groups in {rounds} "
+        f"generation rounds (max_generation_batches={options.max_generation_batches}); the "
+        f"step trains on them and drops the {total - found} skipped groups that fill the batch"
+    )
+
+
+def sampled_group_metrics(steps: Sequence[Step]) -> dict[str, float]:
+    """The group fractions over every group a resampled step generated (the batch it
+    trains on holds kept groups only, so its own fractions say nothing of the prompts)."""
+    if not steps:
+        return {}
+    prefix, solved_reward = steps[0].prefix, steps[0].options.solved_reward
+    groups = sum(step.result.num_groups for step in steps)
+    skipped = sum(int(_host(step.result.group_skipped).sum()) for step in steps)
+    metrics = {prefix + "skipped_group_fraction": skipped / groups}
+    if solved_reward is not None:
+        counts = dict.fromkeys(("scored", "unsolved", "solved"), 0)
+        for step in steps:
+            outcomes = group_outcomes(step.result, solved_reward)
+            for key in counts:
+                counts[key] += int(_host(getattr(outcomes, key)).sum())
+        for key in ("unsolved", "solved"):
+            value = counts[key] / counts["scored"] if counts["scored"] else math.nan
+            metrics[f"{prefix}{key}_group_fraction"] = value
+    return defined(metrics)
+
+
+class _Published(threading.local):
+    result: AdvantageResult | None = None
+
+
+_PUBLISHED = _Published()
+
+
+def publish(result: AdvantageResult) -> None:
+    """Hand the result an estimator call just computed to the hooks that run after it in
+    this thread (the framework calls the estimator, then its own code, then our hooks):
+    the one channel from the estimator to the step's features."""
+    _PUBLISHED.result = result
+
+
+def take_published(rows: int) -> AdvantageResult | None:
+    """The result :func:`publish` left in this thread, once (then cleared), when it has
+    ``rows`` rows; None otherwise (the framework's own estimator ran, or another batch)."""
+    result, _PUBLISHED.result = _PUBLISHED.result, None
+    if result is None or int(result.advantages.shape[0]) != rows:
+        return None
+    return result
+
+
+def _host(values: Any) -> np.ndarray:
+    """An array of the result (numpy, torch on any device, jax) as numpy on the host."""
+    if hasattr(values, "detach"):  # torch: off its device first
+        values = values.detach().cpu()
+    return np.asarray(values)

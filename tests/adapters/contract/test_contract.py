@@ -1,0 +1,183 @@
+"""What every adapter does, checked the same way in each trainer's environment (see the
+folder's ``conftest.py``): private framework symbols recorded and nowhere else, nothing
+patched by installing advbudget, options read once and refused in one line, the version
+gate, the thin path equal to the core, and a plugin's estimator reaching the trainer."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+from advbudget import compute_advantages
+from advbudget.adapters._hooks import hook_problems, private_names_outside
+from advbudget.adapters._options import DEFAULT_MAX_GENERATION_BATCHES, AdapterOptions
+from advbudget.core import get_convention
+from advbudget.metrics import DEFAULT_SOLVED_REWARD
+
+ROOT = Path(__file__).resolve().parents[3]
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::UserWarning", "ignore::DeprecationWarning", "ignore::FutureWarning"
+)
+
+
+def adapter_module(framework: str, name: str) -> ModuleType:
+    return importlib.import_module(f"advbudget.adapters.{framework}.{name}")
+
+
+# -- hooks ------------------------------------------------------------------------------
+
+
+def test_every_hook_resolves_with_its_signature(framework: str) -> None:
+    hooks = adapter_module(framework, "_hooks").HOOKS
+    assert hooks, "an empty hooks table"
+    assert hook_problems(hooks) == []
+
+
+def test_no_private_framework_name_outside_the_hooks(framework: str) -> None:
+    hooks = adapter_module(framework, "_hooks").HOOKS
+    folder = ROOT / "advbudget" / "adapters" / framework
+    files = [path for path in sorted(folder.rglob("*.py")) if path.name != "_hooks.py"]
+    for outside in (f"rewards/{framework}.py", f"testing/{framework}.py"):
+        if (ROOT / "advbudget" / outside).exists():
+            files.append(ROOT / "advbudget" / outside)
+    assert private_names_outside(hooks, files) == []
+
+
+# Imports the adapter and every framework module its hooks name, then lists the functions
+# and methods of those modules whose code is ours (a wrapper copies the name, not the code).
+_FOREIGN = """
+import importlib, inspect, json, sys, types, warnings
+warnings.simplefilter("ignore")
+framework = sys.argv[1]
+hooks = importlib.import_module(f"advbudget.adapters.{framework}._hooks").HOOKS
+importlib.import_module(f"advbudget.adapters.{framework}")
+roots = sorted({hook.module.split(".")[0] for hook in hooks})
+for module in sorted({hook.module for hook in hooks}):
+    importlib.import_module(module)
+foreign = []
+for name, module in list(sys.modules.items()):
+    if module is None or name.split(".")[0] not in roots:
+        continue
+    owners = [(name, module)] + [
+        (f"{name}.{key}", value) for key, value in list(vars(module).items())
+        if inspect.isclass(value) and getattr(value, "__module__", "") == name
+    ]
+    for owner_name, owner in owners:
+        for key, value in list(vars(owner).items()):
+            code = getattr(getattr(value, "__func__", value), "__code__", None)
+            if isinstance(code, types.CodeType) and "/advbudget/" in code.co_filename:
+                foreign.append(f"{owner_name}.{key}")
+print(json.dumps({"roots": roots, "foreign": foreign}))
+"""
+
+
+def test_installing_advbudget_patches_nothing(framework: str) -> None:
+    """Importing the adapter (as a framework's plugin hooks do) and the framework modules
+    it hooks leaves every function and method of those frameworks their own."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("ADVBUDGET_VERL")}
+    done = subprocess.run(
+        [sys.executable, "-c", _FOREIGN, framework],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["roots"], found
+    assert found["foreign"] == []
+
+
+# -- options ----------------------------------------------------------------------------
+
+BAD = {
+    "skipped_groups": "skip",
+    "max_generation_batches": 0,
+    "kappa_every": -1,
+    "solved_reward": "high",
+    "budget": -1.0,
+    "tie_rtol": -1.0,
+    "nan_policy": "ignore",
+}
+
+
+def test_defaults_come_from_the_framework_row(framework: str, driver: ModuleType) -> None:
+    row = get_convention(framework)
+    assert driver.read_options({}) == AdapterOptions(
+        framework,
+        solved_reward=DEFAULT_SOLVED_REWARD,
+        skipped_groups="keep",
+        max_generation_batches=DEFAULT_MAX_GENERATION_BATCHES,
+        kappa_every=row.kappa_every,
+    )
+
+
+def test_options_are_read_once_into_one_record(driver: ModuleType) -> None:
+    given = {"budget": 0.5, "solved_reward": 0.5, "kappa_every": 3, "max_generation_batches": 2}
+    options = driver.read_options(given)
+    assert dict(options.estimator_options) == {"budget": 0.5}
+    assert (options.solved_reward, options.kappa_every, options.max_generation_batches) == (
+        0.5,
+        3,
+        2,
+    )
+    assert driver.read_options({"solved_reward": None}).solved_reward is None
+
+
+@pytest.mark.parametrize(("name", "value"), sorted(BAD.items()))
+def test_a_bad_option_is_refused_in_one_line(driver: ModuleType, name: str, value: object) -> None:
+    with pytest.raises(ValueError, match=r"^[^\n]+$") as refused:
+        driver.read_options({name: value})
+    message = str(refused.value)
+    assert "\n" not in message
+    assert message.startswith(f"{driver.key_of(name)}: "), message
+
+
+# -- the version gate -------------------------------------------------------------------
+
+
+def test_the_version_gate(framework: str) -> None:
+    from importlib.metadata import version
+
+    gate = adapter_module(framework, "_version")
+    check = getattr(gate, f"check_{framework}_version")
+    installed = version(framework if framework != "tunix" else "google-tunix")
+    assert check() == installed
+    with pytest.raises(ImportError) as refused:
+        check("0.0.1")
+    assert "\n" not in str(refused.value)
+    assert str(refused.value).startswith(f"{framework}: advbudget.adapters.{framework} supports")
+
+
+# -- the thin path ----------------------------------------------------------------------
+
+REWARDS = [1.0, 0.0, 0.0, 0.5, 1.0, 1.0, 1.0, 1.0, 0.0, 0.25, 0.75, 0.0]
+
+
+def test_budget_through_the_framework_is_the_cores(driver: ModuleType, framework: str) -> None:
+    name = get_convention(framework).name_of("budget")
+    got = driver.advantages(name, REWARDS, 4, {"budget": 0.5})
+    expected = compute_advantages(np.asarray(REWARDS), "budget", group_size=4, budget=0.5)
+    # float32 in most frameworks: rounding of values of order 1
+    np.testing.assert_allclose(got, np.asarray(expected.advantages), rtol=0, atol=1e-6)
+    assert max(map(abs, got)) > 0.1  # not a comparison of zeros
+
+
+def test_a_plugins_estimator_reaches_the_framework(driver: ModuleType, framework: str) -> None:
+    plugin = pytest.importorskip("advbudget_example_plugin")  # required by every make target
+    name = get_convention(framework).name_of("plugin_scaled_dr")
+    got = driver.advantages(name, REWARDS, 4, {"scale": 3.0})
+    expected = plugin.expected(REWARDS, 4, scale=3.0)
+    assert got == pytest.approx(expected, abs=1e-6)
+    assert any(not math.isclose(v, 0.0) for v in expected)
