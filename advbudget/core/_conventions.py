@@ -1,4 +1,5 @@
-"""Each framework's conventions, as data: one row per trainer, read by its adapter.
+"""Each framework's conventions, as data: one row per trainer, kept in the trainer's adapter
+folder (``advbudget/adapters/<framework>/_convention.py``) and read through here.
 
 A framework names our estimators its own way (verl, OpenRLHF and tunix ``advbudget_<name>``,
 TRL the core name) and computes the estimators it has itself with its own constants
@@ -14,18 +15,17 @@ Adapters contain no constants of their own: they call :meth:`Convention.settings
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import importlib.util
+import sys
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from ._compute import DEFAULT_TIE_ATOL, DEFAULT_TIE_RTOL
 from ._stats import Singletons
 from .estimators import Estimator, EstimatorSpec, all_names, as_spec, estimator_specs, get_spec
-
-
-def _frozen(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
-    return MappingProxyType(dict(mapping))
 
 
 @dataclass(frozen=True)
@@ -178,128 +178,50 @@ class Convention:
         return list(seen)
 
 
-VERL = Convention(
-    framework="verl",
-    version="0.9.1",
-    own_names=_frozen(
-        {
-            "grpo": "grpo",
-            "dr": "grpo with norm_adv_by_std_in_grpo=False",
-            "rloo": 'rloo (rloo_vectorized is rloo with singletons="skip")',
-            "opo": "opo",
-            "grpo_passk": "grpo_passk",
-            "gpg": "gpg",
-            "reinforce_plus_plus_baseline": "reinforce_plus_plus_baseline",
-            "remax": "remax",
-            # per token in verl, so in the adapter: the reward-to-go at algorithm.gamma
-            "reinforce": "reinforce_plus_plus",
-            "gdpo": "gdpo",
-        }
-    ),
-    options=_frozen(
-        {
-            "grpo": {"eps": 1e-6, "std_correction": 1},
-            "grpo_passk": {"eps": 1e-6, "std_correction": 1},
-            "gpg": {"f_norm": 1.0},
-            "reinforce_plus_plus_baseline": {
-                "std_correction": 1,
-                "var_eps": 1e-8,
-                "var_floor": 0.0,
-            },
-            "reinforce": {"std_correction": 1, "var_eps": 1e-8, "var_floor": 0.0},
-            "gdpo": {"eps": 1e-6, "std_correction": 1, "var_eps": 1e-8, "std_eps": 0.0},
-        }
-    ),
-    singletons="raw",
-    singletons_refused=frozenset({"grpo_passk"}),  # "Pass@k requires at least 2 samples"
-    # verl's remax and reinforce_plus_plus return the reward-to-go, not the advantages
-    returns=_frozen({"remax": "reward", "reinforce": "reward"}),
-    extra_names=_frozen({"reward_budget": "budget"}),
-    whole_batch="verl calls the estimator once on the whole batch, in its TaskRunner",
-    components=(
-        "non_tensor_batch[key] for each key of algorithm.gdpo_reward_keys (the keys of the "
-        "dict compute_score returns, verl's reward_extra_info), weighted by "
-        "algorithm.gdpo_reward_weights, as verl's own gdpo"
-    ),
-)
 
-OPENRLHF = Convention(
-    framework="openrlhf",
-    version="0.11.2",
-    own_names=_frozen(
-        {
-            "grpo": "group_norm",
-            "dr": "dr_grpo",
-            "rloo": "rloo",
-            "reinforce": "reinforce",
-            "reinforce_baseline": "reinforce_baseline",
-        }
-    ),
-    options=_frozen(
-        {
-            "grpo": {"eps": 1e-9, "std_correction": 1},
-            "reinforce": {"std_correction": 0, "var_eps": 0.0, "var_floor": 1e-8},
-            "reinforce_baseline": {"std_correction": 0, "var_eps": 0.0, "var_floor": 1e-8},
-        }
-    ),
-    # train_ppo_ray asserts n_samples_per_prompt > 1 for these (its own names); reinforce
-    # runs with groups of one.
-    singletons_refused=frozenset({"grpo", "dr", "rloo", "reinforce_baseline"}),
-    # OpenRLHF whitens the advantages after the returns: these are of the reward before.
-    returns=_frozen({"reinforce": "reward", "reinforce_baseline": "dr"}),
-    extra_names=_frozen({"reward_budget": "budget"}),
-    whole_batch="every experience of the step, concatenated, in the PPOTrainer actor",
-)
-
-TRL = Convention(
-    framework="trl",
-    version="1.13, 1.16",
-    own_names=_frozen(
-        {
-            "grpo": 'GRPOTrainer scale_rewards="group"',
-            "dr": 'GRPOTrainer scale_rewards="none"',
-            "rloo": "RLOOTrainer",
-            "grpo_batch_std": 'GRPOTrainer scale_rewards="batch"',
-            "rloo_normalized": "RLOOTrainer normalize_advantages=True",
-            "gdpo": 'GRPOTrainer multi_objective_aggregation="normalize_then_sum"',
-        }
-    ),
-    options=_frozen(
-        {
-            "grpo": {"eps": 1e-4, "std_correction": 1},
-            "grpo_batch_std": {"eps": 1e-4, "std_correction": 1},
-            "rloo_normalized": {"eps": 1e-4, "std_correction": 1},
-            "gdpo": {"eps": 1e-4, "std_correction": 1, "var_eps": 0.0, "std_eps": 1e-4},
-        }
-    ),
-    prefix="",
-    kappa_every=0,
-    whole_batch="the rewards gathered from every process (TRL's _calculate_rewards)",
-    components="the rewards of each reward function (reward_funcs), weighted by reward_weights",
-)
-
-# tunix/rl/algo_core.py (0.1.7): grpo is (r - mean) / (std(ddof=1) + 1e-6), rloo and drgrpo
-# have no constant; all on exact values (no tie tolerance). GRPOConfig refuses groups of one.
-TUNIX = Convention(
-    framework="tunix",
-    version="0.1.7",
-    own_names=_frozen({"grpo": "grpo", "dr": "drgrpo", "rloo": "rloo"}),
-    options=_frozen({"grpo": {"eps": 1e-6, "std_correction": 1}}),
-    extra_names=_frozen({"reward_budget": "budget"}),
-    whole_batch=(
-        "GRPOLearner calls the estimator once per step on the merged micro-batches; the "
-        "agentic learner calls it one group at a time (batch statistics are then the group's)"
-    ),
-)
-
-CONVENTIONS: Mapping[str, Convention] = _frozen(
-    {c.framework: c for c in (VERL, OPENRLHF, TRL, TUNIX)}
-)
+#: The frameworks with an adapter; each keeps its row in
+#: ``advbudget/adapters/<framework>/_convention.py`` (importing nothing of the framework).
+FRAMEWORKS = ("verl", "openrlhf", "trl", "tunix")
 
 
 def get_convention(framework: str) -> Convention:
     """The :class:`Convention` row of ``framework`` (``"verl"``, ``"trl"``, ``"openrlhf"``,
-    ``"tunix"``)."""
-    if framework not in CONVENTIONS:
-        raise ValueError(f"framework: expected one of {sorted(CONVENTIONS)}, got {framework!r}")
-    return CONVENTIONS[framework]
+    ``"tunix"``), from its adapter's folder."""
+    if framework not in FRAMEWORKS:
+        raise ValueError(f"framework: expected one of {sorted(FRAMEWORKS)}, got {framework!r}")
+    row: Convention = getattr(_row_module(framework), framework.upper())
+    return row
+
+
+def _row_module(framework: str) -> ModuleType:
+    """``advbudget.adapters.<framework>._convention``, loaded by itself: the adapter's
+    package (which may import its framework, or refuse without it) is not run for a row.
+    The adapter's own import of the module later finds this one."""
+    name = f"advbudget.adapters.{framework}._convention"
+    if name not in sys.modules:
+        path = Path(__file__).resolve().parents[1] / "adapters" / framework / "_convention.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"{path}: the convention row of {framework} is missing")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+class _Rows(Mapping[str, Convention]):
+    """framework -> its row, each read from its adapter's folder when first asked for."""
+
+    def __getitem__(self, framework: str) -> Convention:
+        if framework not in FRAMEWORKS:
+            raise KeyError(framework)
+        return get_convention(framework)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(FRAMEWORKS)
+
+    def __len__(self) -> int:
+        return len(FRAMEWORKS)
+
+
+CONVENTIONS: Mapping[str, Convention] = _Rows()

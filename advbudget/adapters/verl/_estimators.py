@@ -78,8 +78,9 @@ from advbudget.core import (
 
 from .._options import CORE_OPTIONS
 from .._step import publish
+from ._convention import VERL
 from ._hooks import compute_advantage_data, estimator_registry
-from ._options import VERL, option, read_options
+from ._options import option, read_options
 
 VerlEstimator = Callable[..., tuple[Any, Any]]
 

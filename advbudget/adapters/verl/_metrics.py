@@ -7,8 +7,9 @@ from typing import Any
 from advbudget.core import get_spec, kappa_eff_of_pairs, kappa_pairs, sequence_logprobs
 from advbudget.metrics import advantage_metric_dict, kappa_metric_dict
 
+from ._convention import VERL
 from ._estimators import compute_result
-from ._options import VERL, option, read_options
+from ._options import option, read_options
 
 METRIC_PREFIX = VERL.metric_prefix
 

@@ -5,11 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from advbudget.core import get_convention
-
 from .._options import UNSET, AdapterOptions
-
-VERL = get_convention("verl")
+from ._convention import VERL
 
 
 def option(config: Any, key: str, default: Any) -> Any:
