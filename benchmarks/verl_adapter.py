@@ -1,6 +1,6 @@
 """Timing benchmark of the verl adapter against verl's own ``grpo`` and ``grpo_vectorized``.
 
-One run times, on the same verl ``DataProto`` (:func:`advbudget.testing.verl.make_batch`:
+One run times, on the same verl ``DataProto`` (:func:`advbudget.adapters.verl.testing.make_batch`:
 N responses in groups of G = 8, verl's layout: each prompt's uuid4 uid repeated on adjacent
 rows; the reward on the last valid token of ``token_level_rewards`` [N, L]; float32, CPU):
 
@@ -40,7 +40,7 @@ from _harness import (
     write_results,
 )
 
-from advbudget.testing.verl import algorithm_config, make_batch
+from advbudget.adapters.verl.testing import algorithm_config, make_batch
 
 GROUP_SIZE = 8
 DEFAULT_SIZES = (4_096, 65_536)

@@ -32,7 +32,7 @@ API_PAGES = {
     "advbudget.theory": "theory",
     "advbudget.data": "data",
     "advbudget.rewards": "rewards",
-    "advbudget.rewards.verl": "rewards",
+    "advbudget.adapters.verl.rewards": "rewards",
     "advbudget.rewards.trl": "rewards",
     "advbudget.rewards.openrlhf": "rewards",
     "advbudget.eval": "eval",

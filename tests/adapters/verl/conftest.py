@@ -1,4 +1,4 @@
-"""Shared pieces of the verl adapter tests (their batches: :mod:`advbudget.testing.verl`)."""
+"""Shared pieces of the verl adapter tests (batches: :mod:`advbudget.adapters.verl.testing`)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import numpy as np
 from advbudget.adapters._options import AdapterOptions
 from advbudget.adapters.verl._options import key_of
 from advbudget.adapters.verl._options import read_options as read_algorithm
-from advbudget.testing.verl import algorithm_config
+from advbudget.adapters.verl.testing import algorithm_config
 
 __all__ = ["advantages", "key_of", "read_options"]
 

@@ -18,7 +18,7 @@ with warnings.catch_warnings():  # verl's imports warn (ray, optional engines)
 
 import advbudget.adapters.verl as adapter  # noqa: E402
 from advbudget import compute_advantages, token_advantages  # noqa: E402
-from advbudget.testing.verl import algorithm_config, make_batch  # noqa: E402
+from advbudget.adapters.verl.testing import algorithm_config, make_batch  # noqa: E402
 
 from .conftest import VERL_WARNINGS  # noqa: E402
 

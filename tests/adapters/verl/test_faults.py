@@ -13,8 +13,8 @@ verl = pytest.importorskip("verl")
 
 import torch  # noqa: E402
 
-from advbudget.rewards import verl as verl_rewards  # noqa: E402
-from advbudget.testing.verl import algorithm_config  # noqa: E402
+from advbudget.adapters.verl.testing import algorithm_config  # noqa: E402
+from advbudget.adapters.verl import rewards as verl_rewards  # noqa: E402
 
 from .conftest import VERL_WARNINGS  # noqa: E402
 from .test_metrics import FakeBatch, _kappa_trainer, hand_batch  # noqa: E402
@@ -169,7 +169,7 @@ def test_kappa_schedule_depends_only_on_the_restored_global_steps(
 def test_nan_rewards_follow_the_configured_nan_policy() -> None:
     """+algorithm.advbudget.nan_policy: raise (default) or omit, with the fraction logged."""
     from advbudget.adapters.verl import batch_metrics, estimator_function
-    from advbudget.testing.verl import make_batch
+    from advbudget.adapters.verl.testing import make_batch
 
     batch = make_batch([4, 4], seed=2, shuffle=False)
     rewards = batch.batch["token_level_rewards"]

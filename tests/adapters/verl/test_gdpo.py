@@ -23,7 +23,7 @@ with warnings.catch_warnings():  # verl's imports warn (ray, optional engines)
     from verl.trainer.ppo.ray_trainer import compute_advantage
 
 import advbudget.adapters.verl as adapter  # noqa: E402
-from advbudget.testing.verl import observation_spans  # noqa: E402
+from advbudget.adapters.verl.testing import observation_spans  # noqa: E402
 
 from .conftest import VERL_WARNINGS  # noqa: E402
 

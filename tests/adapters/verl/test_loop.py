@@ -49,7 +49,7 @@ from typing import Any
 
 import pytest
 
-from advbudget.testing.verl import algorithm_config, make_batch
+from advbudget.adapters.verl.testing import algorithm_config, make_batch
 
 from .conftest import VERL_WARNINGS
 

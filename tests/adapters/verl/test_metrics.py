@@ -16,7 +16,7 @@ from verl import DataProto  # noqa: E402
 
 from advbudget.adapters.verl import METRIC_PREFIX, batch_metrics  # noqa: E402
 from advbudget.adapters.verl._metrics import kappa_metrics  # noqa: E402
-from advbudget.testing.verl import algorithm_config  # noqa: E402
+from advbudget.adapters.verl.testing import algorithm_config  # noqa: E402
 
 from .conftest import VERL_WARNINGS  # noqa: E402
 

@@ -15,7 +15,7 @@ verl = pytest.importorskip("verl")
 # make's environments install tests/plugin (and require it: ADVBUDGET_REQUIRE)
 plugin = pytest.importorskip("advbudget_example_plugin")
 
-from advbudget.testing.verl import algorithm_config, make_batch  # noqa: E402
+from advbudget.adapters.verl.testing import algorithm_config, make_batch  # noqa: E402
 
 from .conftest import VERL_WARNINGS  # noqa: E402
 from .test_estimators import run  # noqa: E402
