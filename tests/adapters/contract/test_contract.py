@@ -181,3 +181,30 @@ def test_a_plugins_estimator_reaches_the_framework(driver: ModuleType, framework
     expected = plugin.expected(REWARDS, 4, scale=3.0)
     assert got == pytest.approx(expected, abs=1e-6)
     assert any(not math.isclose(v, 0.0) for v in expected)
+
+
+def test_a_nan_reward_follows_nan_policy(driver: ModuleType, framework: str) -> None:
+    """A NaN reward (a grader that failed) stops the step by default, naming the way out;
+    with ``nan_policy=omit`` the rollout leaves its group's statistics with advantage 0."""
+    name = get_convention(framework).name_of("budget")
+    rewards = [math.nan, *REWARDS[1:]]
+    with pytest.raises(ValueError, match="nan_policy"):
+        driver.advantages(name, rewards, 4, {})
+    got = driver.advantages(name, rewards, 4, {"nan_policy": "omit"})
+    expected = compute_advantages(np.asarray(rewards), "budget", group_size=4, nan_policy="omit")
+    np.testing.assert_allclose(got, np.asarray(expected.advantages), rtol=0, atol=1e-6)
+    assert got[0] == 0.0
+
+
+# -- the guide ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["skipped_groups", "max_generation_batches", "kappa_every", "solved_reward", "nan_policy"],
+)
+def test_each_option_is_documented_under_the_frameworks_key(
+    driver: ModuleType, framework: str, name: str
+) -> None:
+    guide = (ROOT / "docs" / "guides" / f"{framework}.md").read_text(encoding="utf-8")
+    assert driver.key_of(name) in guide
