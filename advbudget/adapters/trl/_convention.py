@@ -33,6 +33,6 @@ TRL = Convention(
     ),
     prefix="",
     kappa_every=0,
-    whole_batch="the rewards gathered from every process (TRL's _calculate_rewards)",
+    whole_batch="the rewards gathered from every process (TRL's reward step)",
     components="the rewards of each reward function (reward_funcs), weighted by reward_weights",
 )

@@ -1,10 +1,11 @@
 """``AdvBudgetGRPOTrainer``: TRL's ``GRPOTrainer`` with advbudget's advantages.
 
-TRL (1.13 to 1.16) has no advantage hook (trl issue #4525), so the trainer overrides two
-private methods: ``_calculate_rewards`` (to keep the rewards TRL gathered from every
-process) and ``_generate_and_score_completions`` (to replace the advantages in its output
-before the batch is shuffled and split). Advantages are computed on the global batch, because a
-prompt's group can span processes, and each process keeps its own slice.
+TRL (1.13 to 1.16) has no advantage hook (trl issue #4525), so the trainer overrides
+private ``GRPOTrainer`` methods (:mod:`._hooks`, with every other private TRL symbol it
+uses): the reward step, to keep the rewards TRL gathered from every process, and the
+generation step, to replace the advantages in its output before the batch is shuffled and
+split. Advantages are computed on the global batch, because a prompt's group can span
+processes, and each process keeps its own slice.
 """
 
 from __future__ import annotations
@@ -44,6 +45,16 @@ from advbudget.metrics import (
 )
 
 from .._options import parse_max_generation_batches, parse_skipped_groups
+from ._hooks import (
+    TrainerHooks,
+    beta_scaled,
+    generation_batch_done,
+    logged_advantages,
+    metrics_store,
+    pad_token_id,
+    per_token_logps,
+    prompt_loader,
+)
 from ._version import check_trl_version
 
 TRL_VERSION = check_trl_version()
@@ -51,11 +62,10 @@ TRL_VERSION = check_trl_version()
 from transformers import TrainerCallback  # noqa: E402
 from trl.trainer.grpo_trainer import (  # type: ignore[import-not-found, unused-ignore]  # noqa: E402
     GRPOTrainer,
-    RepeatSampler,
 )
 
-# TRL 1.13 computes use_liger_kernel=True's loss in compute_liger_loss, not in _compute_loss
-# (see _check_loss_path); TRL 1.14 moved Liger into _compute_loss.
+# TRL 1.13 computes use_liger_kernel=True's loss in compute_liger_loss, bypassing the loss
+# step that grpo_loss takes over (see _check_loss_path); TRL 1.14 moved Liger into that step.
 _LIGER_SKIPS_COMPUTE_LOSS = hasattr(GRPOTrainer, "compute_liger_loss")
 
 TRL = get_convention("trl")
@@ -84,7 +94,7 @@ class _KappaBatch:
     local_size: int
 
 
-class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
+class AdvBudgetGRPOTrainer(TrainerHooks, GRPOTrainer):  # type: ignore[misc, unused-ignore]
     """TRL's ``GRPOTrainer`` whose advantages come from an advbudget estimator.
 
     Takes every ``GRPOTrainer`` argument, plus the ones below (keyword only). TRL's loss
@@ -122,7 +132,7 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
             sequences only, dr_grpo's constant ``max_completion_length`` per sequence
             stays; bnpo's is per micro-batch, dapo's, cispo's and vespo's the generation
             batch's kept tokens; refused for the per-sequence losses where the loss does
-            not go through ``_compute_loss``: TRL 1.13 with ``use_liger_kernel``, a
+            not go through :meth:`grpo_loss`: TRL 1.13 with ``use_liger_kernel``, a
             patched trainer such as Unsloth's). ``"resample"``: DAPO's dynamic sampling:
             generate for new prompts until every process holds its share of kept groups, at most
             ``max_generation_batches`` rounds a step, then drop what is still skipped
@@ -149,7 +159,7 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
             an extra forward pass after the last optimizer step on the batch, on the
             max/min-advantage rollouts of each group only.
 
-    Metrics (in ``self._metrics[mode]``, logged by TRL with an ``eval_`` prefix in eval):
+    Metrics (in TRL's metrics of the mode, logged by TRL with an ``eval_`` prefix in eval):
     ``advbudget/skipped_group_fraction``, ``advbudget/unsolved_group_fraction``,
     ``advbudget/solved_group_fraction``, ``advbudget/advantage_gap_mean``,
     ``advbudget/positive_advantage_fraction``, ``advbudget/valid_fraction``,
@@ -274,7 +284,7 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
         self._advbudget_generations = 0
         self._advbudget_kappa: _KappaBatch | None = None
         # Per mode, the factor that turns a per-sequence loss's normaliser (all rows) into
-        # the kept rows' under skipped_groups="drop" (see _compute_loss).
+        # the kept rows' under skipped_groups="drop" (see grpo_loss).
         self._advbudget_row_scale = {"train": 1.0, "eval": 1.0}
         self._advbudget_refill: Any = None  # resample's prompt stream, made on first use
         self._advbudget_refill_epoch = 0
@@ -283,15 +293,17 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
         if kappa_every:
             self.add_callback(_KappaCallback(self))
 
-    # -- TRL overrides ---------------------------------------------------------------
+    # -- where TRL's steps come in (through ._hooks.TrainerHooks) -----------------------
 
-    def _calculate_rewards(self, inputs: Any, prompts: Any, completions: Any, ids: Any) -> Any:
-        # TRL returns the rewards of every process, [global B, n_funcs], NaN for None.
-        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, ids)
+    def after_rewards(self, rewards_per_func: torch.Tensor) -> None:
+        """Keep the rewards TRL's reward step gathered from every process, [global B,
+        n_funcs], NaN where a function returned None, for the generation step."""
         self._advbudget_rewards_per_func = rewards_per_func
-        return rewards_per_func
 
-    def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
+    def generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
+        """TRL's generation step on this process's ``inputs``, with the advantages (and,
+        under ``skipped_groups``, the rows) of the estimator: what TRL then shuffles and
+        splits into micro-batches."""
         mode = "train" if self.model.training else "eval"
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
         if not isinstance(group_size, int):
@@ -338,36 +350,34 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
             self._advbudget_generations += 1
         return output
 
-    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Any:
+    def grpo_loss(self, model: Any, inputs: dict[str, Any]) -> Any:
+        """TRL's loss of one micro-batch; under ``skipped_groups="drop"``, the per-sequence
+        losses over the kept rows."""
         mode = "train" if self.model.training else "eval"
         scale = self._advbudget_row_scale[mode]
         if scale == 1.0 or self.loss_type not in _PER_SEQUENCE_LOSSES:
-            return super()._compute_loss(model, inputs)
+            return self.trl_grpo_loss(model, inputs)
         # These losses divide by the micro-batch's number of sequences, which still counts
         # the dropped rows. Every TRL 1.13-1.16 loss is positively homogeneous in the advantages
         # and linear in beta, so scaling both by (rows / kept rows) of the generation batch
         # is dividing by the kept rows instead; the entropy bonus (a token mean) is left as
         # it is. Over the accumulation window and the processes this is the kept rows'
         # mean, as the dapo loss's num_items_in_batch is the kept tokens' total.
-        beta: float = self.beta  # type: ignore[has-type, unused-ignore]
-        self.beta = beta * scale
-        try:
+        with beta_scaled(self, scale):
             scaled = {**inputs, "advantages": inputs["advantages"] * scale}
-            return super()._compute_loss(model, scaled)
-        finally:
-            self.beta = beta
+            return self.trl_grpo_loss(model, scaled)
 
     def _generate_round(self, inputs: Any) -> tuple[dict[str, Any], torch.Tensor]:
         """TRL's generation and scoring of ``inputs`` (this process's prompts), and the
         rewards of the global batch (TRL's weighted sum, NaN where no function scored; per
         reward function for an estimator of reward components)."""
-        output: dict[str, Any] = super()._generate_and_score_completions(inputs)
+        output = self.trl_generate_and_score_completions(inputs)
         rewards_per_func = self._advbudget_rewards_per_func
         self._advbudget_rewards_per_func = None
         if rewards_per_func is None:
             raise RuntimeError(
-                "AdvBudgetGRPOTrainer: TRL did not call _calculate_rewards; this TRL version "
-                "is not supported by the adapter"
+                "AdvBudgetGRPOTrainer: TRL's generation step did not go through its reward "
+                "step; this TRL version is not supported by the adapter"
             )
         return output, self._rewards(rewards_per_func)
 
@@ -444,20 +454,7 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
         while True:
             if self._advbudget_refill is None:
                 seed = self.args.seed + 1 + self._advbudget_refill_epoch
-                sampler = RepeatSampler(
-                    data_source=self.train_dataset,
-                    mini_repeat_count=self.num_generations,
-                    batch_size=self.args.generation_batch_size // self.num_generations,
-                    shuffle=self.shuffle_dataset,
-                    seed=seed,
-                )
-                loader = torch.utils.data.DataLoader(
-                    self.train_dataset,
-                    batch_size=self._train_batch_size * self.args.steps_per_generation,
-                    sampler=sampler,
-                    collate_fn=self.data_collator,
-                )
-                self._advbudget_refill = iter(self.accelerator.prepare(loader))
+                self._advbudget_refill = iter(prompt_loader(self, seed))
             try:
                 return list(next(self._advbudget_refill))
             except StopIteration:  # a new epoch of the stream, shuffled anew
@@ -516,7 +513,7 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
             ]
             picks += fillers[: local_groups - len(picks)]
         rows = [(r, g * group_size + i) for r, g in picks for i in range(group_size)]
-        assembled = _take_rows(outputs, rows, self._tokenizer.pad_token_id)
+        assembled = _take_rows(outputs, rows, pad_token_id(self))
         mine = torch.stack([local_rewards[r][i] for r, i in rows])
         self._log_metrics("train", {METRIC_PREFIX + "generation_batches": float(len(outputs))})
         return assembled, self.accelerator.gather(mine), seen
@@ -544,9 +541,10 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
         """Append to TRL's metrics, leaving out values a step does not have (NaN, e.g. the
         advantage gap when every group was skipped): TRL averages what it has over the
         logging steps and logs None for a key with nothing, which TensorBoard refuses."""
+        store = metrics_store(self)[mode]
         for key, value in metrics.items():
             if not math.isnan(value):
-                self._metrics[mode][key].append(value)
+                store[key].append(value)
 
     def _kappa_failed(self, when: str, error: Exception) -> None:
         warnings.warn(
@@ -572,9 +570,9 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
         if self.prompt_ledger is not None and "prompt_ledger" in state:
             self.prompt_ledger.load_state_dict(state["prompt_ledger"])
 
-    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
-        super()._load_from_checkpoint(resume_from_checkpoint, model)
-        path = os.path.join(resume_from_checkpoint, STATE_FILE)
+    def after_load(self, checkpoint: str) -> None:
+        """Read the adapter's state back from ``checkpoint`` (a folder TRL resumes from)."""
+        path = os.path.join(checkpoint, STATE_FILE)
         if os.path.isfile(path):
             with open(path, encoding="utf-8") as file:
                 self.load_advbudget_state(json.load(file))
@@ -583,7 +581,7 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
                 f"AdvBudgetGRPOTrainer: {path} not found (a checkpoint of another trainer?): "
                 "the κ_eff schedule and the prompt ledger restart at this step",
                 RuntimeWarning,
-                stacklevel=2,
+                stacklevel=3,  # TRL's train(), past the hook,
             )
 
     def _drop_invalid_rows(
@@ -605,7 +603,7 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
 
     def _replace_logged_advantages(self, advantages: torch.Tensor) -> None:
         # TRL appended its own advantages of all processes to the completions log just now.
-        logged: Any = self._logs["advantages"]  # a deque of the last generation batch
+        logged = logged_advantages(self)
         for _ in range(min(int(advantages.shape[0]), len(logged))):
             logged.pop()
         logged.extend(advantages.tolist())
@@ -614,8 +612,8 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_mask: torch.Tensor
     ) -> torch.Tensor:
         with torch.no_grad():
-            logps, _, _ = self._get_per_token_logps_and_entropies(
-                self.model,
+            logps = per_token_logps(
+                self,
                 input_ids,
                 attention_mask,
                 completion_mask.shape[1],
@@ -687,14 +685,10 @@ class AdvBudgetGRPOTrainer(GRPOTrainer):  # type: ignore[misc, unused-ignore]
         keys = [f"{METRIC_PREFIX}kappa_eff/{key}" for key in ("mean", "median", "std")]
         self._log_metrics("train", {key: stats[key] for key in keys})
 
-    def _generation_batch_done(self) -> bool:
-        generate_every = self.args.steps_per_generation * self.num_iterations
-        return bool(self._step % generate_every == 0)
-
 
 class _StateCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]
     """Writes the adapter's counters into each checkpoint folder (read back by
-    ``_load_from_checkpoint`` on ``train(resume_from_checkpoint=...)``)."""
+    :meth:`AdvBudgetGRPOTrainer.after_load` on ``train(resume_from_checkpoint=...)``)."""
 
     def __init__(self, trainer: AdvBudgetGRPOTrainer) -> None:
         self.trainer = trainer
@@ -715,11 +709,11 @@ class _KappaCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]
         self.trainer = trainer
 
     def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.trainer._advbudget_kappa is not None and self.trainer._generation_batch_done():
+        if self.trainer._advbudget_kappa is not None and generation_batch_done(self.trainer):
             self.trainer._kappa_after()
 
 
-# What TRL's loss divides by a number of sequences (see AdvBudgetGRPOTrainer._compute_loss).
+# What TRL's loss divides by a number of sequences (see AdvBudgetGRPOTrainer.grpo_loss).
 _PER_SEQUENCE_LOSSES = ("grpo", "sapo", "luspo", "dr_grpo")
 # Keys of TRL's generation output resample knows how to assemble: [B, T] completion-aligned
 # tensors pad on the right, prompts on the left; other keys are refused.
@@ -739,7 +733,7 @@ def _check_loss_path(
     args: Any, skipped_groups: str, compute_loss: Any = GRPOTrainer.compute_loss
 ) -> None:
     """Refuse dropping rows where the per-sequence losses' normaliser would still count them:
-    ``AdvBudgetGRPOTrainer._compute_loss`` divides grpo, sapo, luspo and dr_grpo by the kept
+    ``AdvBudgetGRPOTrainer.grpo_loss`` divides grpo, sapo, luspo and dr_grpo by the kept
     rows, and a loss computed elsewhere skips it (TRL 1.13's Liger loss; a GRPOTrainer whose
     ``compute_loss`` was replaced, as Unsloth's). The token-level losses read the zeroed
     ``completion_mask`` and recounted ``num_items_in_batch`` from the batch itself."""

@@ -5,9 +5,9 @@ from __future__ import annotations
 from .._versions import check_version
 
 SUPPORTED_TRL = (">=1.13.0", "<1.17")
-"""The adapter overrides private ``GRPOTrainer`` methods (``_calculate_rewards``,
-``_generate_and_score_completions``) whose shapes may change between TRL minor versions; the
-oldest (1.13) and the newest (1.16) of the range are tested."""
+"""The adapter overrides private ``GRPOTrainer`` methods (:data:`._hooks.HOOKS` lists every
+private TRL symbol it uses) whose shapes may change between TRL minor versions; the oldest
+(1.13) and the newest (1.16) of the range are tested."""
 
 
 def check_trl_version(installed: str | None = None) -> str:

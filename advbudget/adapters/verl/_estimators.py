@@ -76,8 +76,8 @@ from advbudget.core import (
     whiten_tokens,
 )
 
+from .._features import publish
 from .._options import CORE_OPTIONS
-from .._step import publish
 from ._convention import VERL
 from ._hooks import compute_advantage_data, estimator_registry
 from ._options import option, read_options

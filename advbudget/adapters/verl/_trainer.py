@@ -40,8 +40,7 @@ from typing import Any
 
 from advbudget.metrics import PromptLedger
 
-from .._options import AdapterOptions
-from .._step import (
+from .._features import (
     Step,
     defined,
     group_prompts,
@@ -50,6 +49,7 @@ from .._step import (
     take_published,
     update_ledger,
 )
+from .._options import AdapterOptions
 from ._hooks import (
     KEPT_ROWS_ENV,
     TrainerHooks,
@@ -155,7 +155,7 @@ def _make_trainer(base: type, base_mode: str) -> type:
 
         def _step_result(self, batch: Any) -> Any:
             """The step's result over the real rows: the one our estimator just computed
-            (:func:`~advbudget.adapters._step.publish`), or, for verl's own estimators and
+            (:func:`~advbudget.adapters._features.publish`), or, for verl's own estimators and
             batches with verl's padding rows (which took part in its call), computed here
             from the batch as the estimator saw it. None for an estimator we do not describe."""
             published = take_published(len(batch.keys))

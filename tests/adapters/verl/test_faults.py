@@ -13,8 +13,8 @@ verl = pytest.importorskip("verl")
 
 import torch  # noqa: E402
 
-from advbudget.adapters.verl.testing import algorithm_config  # noqa: E402
 from advbudget.adapters.verl import rewards as verl_rewards  # noqa: E402
+from advbudget.adapters.verl.testing import algorithm_config  # noqa: E402
 
 from .conftest import VERL_WARNINGS  # noqa: E402
 from .test_metrics import FakeBatch, _kappa_trainer, hand_batch  # noqa: E402

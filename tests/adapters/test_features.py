@@ -1,4 +1,4 @@
-"""The trainer features written once (``advbudget/adapters/_step.py``), framework-free:
+"""The trainer features written once (``advbudget/adapters/_features.py``), framework-free:
 hand values, and the invariants every adapter relies on."""
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from hypothesis import strategies as st
 
 from advbudget import compute_advantages
 from advbudget._ledger import PromptLedger
-from advbudget.adapters._options import AdapterOptions
-from advbudget.adapters._step import (
+from advbudget.adapters._features import (
     Step,
     defined,
     dropped_rows,
@@ -29,6 +28,7 @@ from advbudget.adapters._step import (
     step_metrics,
     update_ledger,
 )
+from advbudget.adapters._options import AdapterOptions
 
 OPTIONS = AdapterOptions("trl", estimator_options={"nan_policy": "omit"})
 
@@ -140,7 +140,7 @@ def test_sampled_group_metrics_count_every_round() -> None:
 
 
 def test_the_published_result_is_taken_once_and_only_for_its_rows() -> None:
-    from advbudget.adapters._step import publish, take_published
+    from advbudget.adapters._features import publish, take_published
 
     s = step([1.0, 0.0, 0.5, 0.5], 2)
     publish(s.result)
