@@ -25,10 +25,8 @@ estimator (it fixes its own). Supported tunix versions: :data:`SUPPORTED_TUNIX`.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
-from .._versions import check_version
 from ._estimators import (
     OPTIONS_ENV,
     advantages_and_valid,
@@ -43,11 +41,10 @@ from ._estimators import (
     registered_names,
     result,
 )
+from ._hooks import quiet_reregistration
+from ._version import SUPPORTED_TUNIX, check_tunix_version
 
-#: The google-tunix releases this adapter was read from and is tested against.
-SUPPORTED_TUNIX = ((0, 1, 7), (0, 1, 8))
-
-TUNIX_VERSION = check_version("google-tunix", "advbudget.adapters.tunix", *SUPPORTED_TUNIX)
+TUNIX_VERSION = check_tunix_version()
 
 __all__ = [
     "OPTIONS_ENV",
@@ -56,6 +53,7 @@ __all__ = [
     "AdvBudgetDAPOLearner",
     "AdvBudgetGRPOLearner",
     "advantages_and_valid",
+    "check_tunix_version",
     "configure",
     "drgrpo_config",
     "drop_skipped_rows",
@@ -70,12 +68,7 @@ __all__ = [
 ]
 
 # tunix logs a warning for every name registered twice; re-registering ours is expected.
-logging.getLogger("absl").addFilter(
-    lambda record: (
-        "is already registered in category 'advantage_estimator'" not in record.getMessage()
-        or not any(n in record.getMessage() for n in ("'advbudget_", "'reward_budget'"))
-    )
-)
+quiet_reregistration(lambda name: name.startswith("advbudget_") or name == "reward_budget")
 
 register_estimators()
 configure_from_environment()

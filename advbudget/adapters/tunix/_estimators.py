@@ -34,6 +34,7 @@ from advbudget.core import (
 from advbudget.metrics import advantage_metric_dict
 
 from .._options import parse_solved_reward
+from ._hooks import advantage_estimator_names
 
 TunixEstimator = Callable[..., np.ndarray]
 
@@ -344,9 +345,7 @@ def _register_with_tunix(name: str) -> None:
 
 def registered_names() -> list[str]:
     """Every name in tunix's advantage registry (tunix 0.1.7 has no list function)."""
-    from tunix.rl import function_registry
-
-    return list(function_registry.default_registry.list_functions("advantage_estimator"))
+    return advantage_estimator_names()
 
 
 def _on_new_estimator(spec: EstimatorSpec) -> None:

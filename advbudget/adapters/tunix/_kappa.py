@@ -3,8 +3,9 @@ after the update that trained them.
 
 tunix computes no log-probs after an update, and before it only with ``num_iterations >
 1`` (then from the rollout model at temperature 1, not the loss's temperature). So on a
-due step the learner keeps, for every batch it scores (``_generate_and_compute_advantage``,
-on tunix's data thread), the rows of each group's o+ and o- (:class:`KappaBatch`), and:
+due step the learner keeps, for every batch it scores (its
+``generate_and_compute_advantage``, on tunix's data thread), the rows of each group's o+
+and o- (:class:`KappaBatch`), and:
 
 - *before*: a training hook scores the pending batches at the start of each micro-batch's
   train step, on the training thread. tunix 0.1.7 trains a mini-batch as its micro-batches
@@ -33,11 +34,12 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx  # type: ignore[import-not-found, unused-ignore]
 from tunix.rl import common  # type: ignore[import-not-found, unused-ignore]
-from tunix.rl import rl_cluster as rl_cluster_lib  # type: ignore[import-not-found, unused-ignore]
 from tunix.sft import hooks  # type: ignore[import-not-found, unused-ignore]
 
 from advbudget.core import AdvantageResult, KappaPairs, kappa_eff_of_pairs, kappa_pairs
 from advbudget.metrics import kappa_metric_dict, sequence_logprobs
+
+from ._hooks import on_actor_mesh
 
 #: How tunix aggregates each κ_eff key over its buffer (one value a step: a no-op).
 _AGGREGATE = {
@@ -102,11 +104,7 @@ def actor_sequence_logps(
     now, as tunix's GRPO loss computes them (float64 sums). ``outside_training``: not
     within ``RLCluster.update_actor``, so enter the actor's mesh and load its weights to
     the device if tunix offloads them, as ``update_actor`` does."""
-    model = cluster.actor_trainer.model
-    actor = rl_cluster_lib.Role.ACTOR
-    with cluster._get_mesh_and_logical_axis_rules_cm(actor):
-        if outside_training:
-            cluster._maybe_load_model_from_cpu(model, actor)
+    with on_actor_mesh(cluster, load=outside_training) as model:
         graphdef, state = nnx.split(model)
         per_token = common.compute_per_token_logps(
             graphdef,
@@ -119,8 +117,6 @@ def actor_sequence_logps(
             return_logits=False,
             temperature=temperature,
         )
-        if outside_training:
-            cluster._maybe_offload_model_to_cpu(model, actor)
     per_token = np.asarray(per_token, dtype=np.float64)
     sums = np.asarray(sequence_logprobs(per_token, batch.completion_mask))
     return sums[: batch.rows]

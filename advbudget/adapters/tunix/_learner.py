@@ -22,6 +22,7 @@ from advbudget.metrics import PromptLedger, group_outcomes
 
 from .._options import parse_skipped_groups
 from ._estimators import LAST, TUNIX, last_result, metric_fn, options, registered_names
+from ._hooks import LearnerHooks, restored_checkpoint_metadata
 from ._kappa import KappaHooks, KappaTracker, kappa_batch
 
 #: The key of the prompt ledger in the custom metadata of tunix's actor checkpoints.
@@ -52,7 +53,7 @@ def _ours(name: str) -> bool:
     return name in TUNIX.names()
 
 
-class AdvBudgetGRPOLearner(GRPOLearner):  # type: ignore[misc, unused-ignore]
+class AdvBudgetGRPOLearner(LearnerHooks, GRPOLearner):  # type: ignore[misc, unused-ignore]
     """tunix's ``GRPOLearner`` (also with ``DAPOConfig`` or :func:`drgrpo_config`) plus:
 
     - the ``advbudget/*`` metrics in tunix's metrics logger (``metrics=False``: off);
@@ -112,7 +113,7 @@ class AdvBudgetGRPOLearner(GRPOLearner):  # type: ignore[misc, unused-ignore]
     def _keep_ledger_in_checkpoints(trainer: Any, ledger: PromptLedger) -> None:
         # tunix saves the trainer's custom metadata (the global step) with each checkpoint
         # and restores it when the trainer is built: the ledger rides along.
-        restored = getattr(trainer, "_restored_custom_metadata", None) or {}
+        restored = restored_checkpoint_metadata(trainer)
         if LEDGER_METADATA in restored:
             ledger.load_state_dict(restored[LEDGER_METADATA])
         tunix_metadata = trainer.custom_checkpoint_metadata_fn
@@ -121,12 +122,12 @@ class AdvBudgetGRPOLearner(GRPOLearner):  # type: ignore[misc, unused-ignore]
             LEDGER_METADATA: ledger.state_dict(),
         }
 
-    def _generate_and_compute_advantage(self, training_input: Any, mode: Any = None) -> Any:
+    def generate_and_compute_advantage(self, training_input: Any, mode: Any = None) -> Any:
+        """tunix's rollout, rewards and advantages of one micro-batch (its
+        ``TrainExample``), then: ``drop``'s mask, and, in training, the ledger and the
+        batch κ_eff scores."""
         LAST.valid = None
-        if mode is None:
-            example = super()._generate_and_compute_advantage(training_input)
-        else:
-            example = super()._generate_and_compute_advantage(training_input, mode)
+        example = self.tunix_generate_and_compute_advantage(training_input, mode)
         scored = last_result() if LAST.valid is not None else None
         if self.skipped_groups == "drop":
             if scored is None:  # e.g. an estimator replaced after construction
@@ -165,14 +166,16 @@ class AdvBudgetGRPOLearner(GRPOLearner):  # type: ignore[misc, unused-ignore]
         # tunix counts steps from 0 while they run: the K-th update is step K - 1
         return bool((self.rl_cluster.global_steps + 1) % self.kappa_every == 0)
 
-    def _run_mini_batch_step(self, *args: Any, **kwargs: Any) -> None:
+    def run_mini_batch_step(self, *args: Any, **kwargs: Any) -> None:
+        """tunix's mini-batch step, then κ_eff's pass after its update."""
         start = self.rl_cluster.actor_trainer.train_steps
-        super()._run_mini_batch_step(*args, **kwargs)
+        self.tunix_run_mini_batch_step(*args, **kwargs)
         if self._kappa is not None:
             self._kappa.measure_after(start)
 
-    def _run_global_step(self, *args: Any, **kwargs: Any) -> None:
-        super()._run_global_step(*args, **kwargs)
+    def run_global_step(self, *args: Any, **kwargs: Any) -> None:
+        """tunix's global step, then its κ_eff metrics into tunix's buffer."""
+        self.tunix_run_global_step(*args, **kwargs)
         if self._kappa is not None and self._kappa_due():  # before tunix counts the step
             step = self.rl_cluster.global_steps
             metrics = self._kappa.flush(step)

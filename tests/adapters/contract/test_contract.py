@@ -152,12 +152,13 @@ def test_the_version_gate(framework: str) -> None:
 
     gate = adapter_module(framework, "_version")
     check = getattr(gate, f"check_{framework}_version")
-    installed = version(framework if framework != "tunix" else "google-tunix")
-    assert check() == installed
+    distribution = "google-tunix" if framework == "tunix" else framework
+    assert check() == version(distribution)
     with pytest.raises(ImportError) as refused:
         check("0.0.1")
-    assert "\n" not in str(refused.value)
-    assert str(refused.value).startswith(f"{framework}: advbudget.adapters.{framework} supports")
+    message = str(refused.value)
+    assert "\n" not in message
+    assert message.startswith(f"{distribution}: advbudget.adapters.{framework} supports"), message
 
 
 # -- the thin path ----------------------------------------------------------------------

@@ -321,11 +321,10 @@ def test_a_bad_environment_option_fails_the_import_in_one_line():
 
 
 def test_an_unsupported_tunix_version_is_named():
-    from advbudget.adapters._versions import check_version
-    from advbudget.adapters.tunix import SUPPORTED_TUNIX
+    from advbudget.adapters.tunix import check_tunix_version
 
     with pytest.raises(ImportError, match=r"supports google-tunix>=0.1.7,<0.1.8, got 0.2.0"):
-        check_version("google-tunix", "advbudget.adapters.tunix", *SUPPORTED_TUNIX, "0.2.0")
+        check_tunix_version("0.2.0")
 
 
 @pytest.mark.parametrize(
