@@ -211,7 +211,8 @@ $(VENV_TUNIX)/.installed: pyproject.toml $(PLUGIN)/pyproject.toml $(call constra
 	touch $@
 
 test-tunix: $(VENV_TUNIX)/.installed
-	$(REQUIRE_TUNIX) $(VENV_TUNIX)/bin/python -m pytest -q -p no:cacheprovider tests/adapters/tunix advbudget/adapters/tunix
+	$(REQUIRE_TUNIX) $(VENV_TUNIX)/bin/python -m pytest -q -p no:cacheprovider tests/adapters/tunix \
+	  $(CONTRACT) advbudget/adapters/tunix
 
 bench-tunix: $(VENV_TUNIX)/.installed
 	$(VENV_TUNIX)/bin/python benchmarks/tunix_adapter.py

@@ -8,8 +8,8 @@ on the same rewards (N rollouts in groups of G = 8, mostly 0/1 with a quarter gr
 
 - tunix's ``grpo`` (``tunix/rl/algo_core.py`` ``compute_advantages``: numpy reshapes, mean
   and unbiased std per group, float64);
-- our ``advbudget_grpo`` (the same advantages; the core on jax arrays, jitted with a static
-  group size, in float64 like the rewards, numpy out) and ``reward_budget``;
+- our ``advbudget_grpo`` (the same advantages; the core once on the numpy rewards, in float64
+  like them, its whole result kept for the step's metrics) and ``reward_budget``;
 
 in rounds of alternating order (A B C, C B A, ...), so that the machine's drift falls on
 every path alike; each path's median is over all its rounds.
@@ -48,7 +48,7 @@ GROUP_SIZE = 8
 DEFAULT_SIZES = (4_096, 65_536)
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results" / "tunix.json"
 MIN_TIMED_SECONDS = 0.05  # per path and round: fast calls repeat until this much is timed
-# both in float64 (ours in a float64 trace): float64 rounding of group sums
+# both in float64: float64 rounding of group sums
 AGREE_RTOL = AGREE_ATOL = 1e-12
 
 P_TUNIX = "tunix grpo"
@@ -111,8 +111,8 @@ def markdown_report(payload: dict[str, Any]) -> str:
         ),
         f"One estimator call as tunix's GRPO learner makes it each step (numpy float64 "
         f"rewards in, numpy advantages out), through tunix's registry; groups of "
-        f"{GROUP_SIZE}, CPU. tunix's grpo is numpy in float64; ours run the core jitted on "
-        "jax (float64, as the rewards), the host-to-device copy and back included. Median over "
+        f"{GROUP_SIZE}, CPU. tunix's grpo is numpy in float64; ours run the core on numpy "
+        "(float64, as the rewards), the whole result kept for the step's metrics. Median over "
         f"{payload['rounds']} rounds in alternating order (A B C, C B A, ...).",
         "",
         "## Median ms per call",
@@ -165,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for round_ in range(args.rounds):
             order = list(calls) if round_ % 2 == 0 else list(calls)[::-1]
             for path in order:
-                # warm-up: the first call compiles ours (one jit per group size and N)
+                # warm-up: caches and the allocator
                 seconds[path] += time_call(calls[path], repeats=args.repeats, warmup=2,
                                            min_seconds=MIN_TIMED_SECONDS)  # fmt: skip
         for path, timed in seconds.items():

@@ -124,8 +124,9 @@ def kappa_due(options: AdapterOptions, step_number: int) -> bool:
 
 
 def kappa_rows(step: Step) -> KappaPairs:
-    """κ_eff's pairs: each kept group's o+ and o- (highest and lowest advantage)."""
-    return kappa_pairs(step.result.advantages, group_ids=step.result.group_index)
+    """κ_eff's pairs: each kept group's o+ and o- (first highest and lowest advantage;
+    skipped groups and rollouts without a reward give none)."""
+    return kappa_pairs(step.result)
 
 
 def dropped_rows(step: Step) -> list[int]:
@@ -232,6 +233,11 @@ def publish(result: AdvantageResult) -> None:
     this thread (the framework calls the estimator, then its own code, then our hooks):
     the one channel from the estimator to the step's features."""
     _PUBLISHED.result = result
+
+
+def forget_published() -> None:
+    """Drop a result left in this thread (a step that starts anew counts only its own)."""
+    _PUBLISHED.result = None
 
 
 def take_published(rows: int) -> AdvantageResult | None:

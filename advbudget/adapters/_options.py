@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -211,9 +212,9 @@ def parse_int(value: Any, name: str, *, low: int) -> int:
     number = value
     if isinstance(value, str) and value.strip().lstrip("+").isdigit():
         number = int(value.strip())
-    if isinstance(number, bool) or not isinstance(number, int) or number < low:
+    if isinstance(number, bool) or not isinstance(number, numbers.Integral) or number < low:
         raise ValueError(f"{name}: expected an int >= {low}, got {value!r}")
-    return number
+    return int(number)  # a numpy integer too
 
 
 def check_estimator_option(name: str, value: Any, key: str) -> Any:

@@ -28,20 +28,16 @@ from __future__ import annotations
 from typing import Any
 
 from ._estimators import (
-    OPTIONS_ENV,
     advantages_and_valid,
-    configure,
-    configure_from_environment,
     estimator_function,
     estimator_names,
-    known_options,
     metric_fn,
-    options,
     register_estimators,
     registered_names,
     result,
 )
 from ._hooks import quiet_reregistration
+from ._options import OPTIONS_ENV, configure, configure_from_environment, known_options, options
 from ._version import SUPPORTED_TUNIX, check_tunix_version
 
 TUNIX_VERSION = check_tunix_version()

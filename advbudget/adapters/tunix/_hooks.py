@@ -1,9 +1,10 @@
 """Every tunix symbol the adapter overrides, calls privately, writes or registers into
 (google-tunix 0.1.7), in one table, and the only code that touches a private one.
 
-A tunix upgrade starts here: ``tests/adapters/tunix/test_hooks.py`` resolves each record of
-:data:`HOOKS` in the installed tunix and compares its signature, so what moved fails in one
-list; no other module of the adapter names a private tunix symbol (the same test checks that).
+A tunix upgrade starts here: the shared adapter suite (``tests/adapters/contract``) resolves
+each record of :data:`HOOKS` in the installed tunix and compares its signature, so what moved
+fails in one list; no other module of the adapter names a private tunix symbol (the same
+suite checks that).
 
 Nothing is patched: :class:`LearnerHooks` overrides ``GRPOLearner``'s private methods in the
 subclass only, and the functions below read or call tunix's private state of one cluster or

@@ -39,6 +39,7 @@ from tunix.sft import hooks  # type: ignore[import-not-found, unused-ignore]
 from advbudget.core import AdvantageResult, KappaPairs, kappa_eff_of_pairs, kappa_pairs
 from advbudget.metrics import kappa_metric_dict, sequence_logprobs
 
+from .._features import defined
 from ._hooks import on_actor_mesh
 
 #: How tunix aggregates each κ_eff key over its buffer (one value a step: a no-op).
@@ -203,12 +204,8 @@ class KappaTracker:
             if not values:
                 return {}
         merged = np.concatenate(values) if values else np.zeros(0)
-        stats = kappa_metric_dict(merged)
-        return {
-            key: (value, _AGGREGATE[key.rsplit("/", 1)[1]])
-            for key, value in stats.items()
-            if not np.isnan(value)
-        }
+        stats = defined(kappa_metric_dict(merged))
+        return {key: (value, _AGGREGATE[key.rsplit("/", 1)[1]]) for key, value in stats.items()}
 
 
 class KappaHooks(hooks.TrainingHooks):  # type: ignore[misc, unused-ignore]

@@ -4,7 +4,6 @@ another estimator."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,21 +16,26 @@ from tunix.rl.grpo import (  # type: ignore[import-not-found, unused-ignore]
 )
 from tunix.rl.grpo.grpo_learner import GRPOLearner  # type: ignore[import-not-found, unused-ignore]
 
-from advbudget.checks import int_at_least
-from advbudget.metrics import PromptLedger, group_outcomes
+from advbudget.metrics import PromptLedger
 
-from .._options import parse_skipped_groups
-from ._estimators import LAST, TUNIX, last_result, metric_fn, options, registered_names
+from .._features import (
+    Step,
+    dropped_rows,
+    forget_published,
+    group_prompts,
+    kappa_due,
+    step_metrics,
+    take_published,
+    update_ledger,
+)
+from ._convention import TUNIX
+from ._estimators import metric_fn, registered_names
 from ._hooks import LearnerHooks, restored_checkpoint_metadata
 from ._kappa import KappaHooks, KappaTracker, kappa_batch
+from ._options import options, read_options
 
 #: The key of the prompt ledger in the custom metadata of tunix's actor checkpoints.
 LEDGER_METADATA = "advbudget_prompt_ledger"
-
-RESAMPLE_REFUSED = (
-    "tunix 0.1.7 has no dynamic sampling (DAPOConfig.dynamic_sampling is a TODO); "
-    "use 'drop' or 'keep'"
-)
 
 
 def drop_skipped_rows(example: Any, valid: Any) -> Any:
@@ -47,10 +51,6 @@ def drop_skipped_rows(example: Any, valid: Any) -> Any:
             f"got shape {tuple(keep.shape)}"
         )
     return example.replace(completion_mask=jnp.where(keep[:, None], mask, jnp.zeros_like(mask)))
-
-
-def _ours(name: str) -> bool:
-    return name in TUNIX.names()
 
 
 class AdvBudgetGRPOLearner(LearnerHooks, GRPOLearner):  # type: ignore[misc, unused-ignore]
@@ -73,7 +73,8 @@ class AdvBudgetGRPOLearner(LearnerHooks, GRPOLearner):  # type: ignore[misc, unu
       estimators while ``solved_reward`` (see ``configure``) is not None; kept in the
       custom metadata of tunix's actor checkpoints and restored with them.
 
-    Every other argument is ``GRPOLearner``'s.
+    The options are read once, when it is built: ``configure``'s (or the environment's) with
+    these, into ``advbudget_options``. Every other argument is ``GRPOLearner``'s.
     """
 
     def __init__(
@@ -86,23 +87,26 @@ class AdvBudgetGRPOLearner(LearnerHooks, GRPOLearner):  # type: ignore[misc, unu
         prompt_ledger: bool = True,
         **kwargs: Any,
     ) -> None:
-        self.skipped_groups = parse_skipped_groups(
-            skipped_groups, "skipped_groups", resample_refused=RESAMPLE_REFUSED
+        # Read once, here: the configured options (configure(), the environment) and ours.
+        self.advbudget_options = read_options(
+            {**options(), "skipped_groups": skipped_groups, "kappa_every": kappa_every}
         )
-        self.kappa_every = int_at_least("kappa_every", kappa_every, 0)
         if not isinstance(prompt_ledger, bool):
             raise TypeError(f"prompt_ledger: expected a bool, got {prompt_ledger!r}")
-        fns = [*(metric_fns or ()), *([metric_fn] if metrics else [])]
+        # We log metric_fn's keys ourselves, from the step's one result: a metric_fn in
+        # metric_fns would take that result first.
+        self._advbudget_metrics = metrics or metric_fn in (metric_fns or ())
+        fns = [fn for fn in metric_fns or () if fn is not metric_fn]
         super().__init__(*args, metric_fns=fns, **kwargs)
         name = self.algo_config.advantage_estimator
-        if self.skipped_groups == "drop" and not _ours(name):
+        if self.advbudget_options.skipped_groups == "drop" and name not in TUNIX.names():
             raise ValueError(
                 f"skipped_groups: 'drop' needs an advbudget estimator (advbudget_<name> or "
                 f"reward_budget) as advantage_estimator, got {name!r}"
             )
         trainer = self.rl_cluster.actor_trainer
         self._kappa: KappaTracker | None = None
-        if self.kappa_every:
+        if self.advbudget_options.kappa_every:
             self._kappa = KappaTracker(self.rl_cluster, self.algo_config.temperature)
             trainer.with_training_hooks(KappaHooks(self._kappa, trainer.training_hooks))
         self.prompt_ledger = PromptLedger() if prompt_ledger else None
@@ -126,45 +130,40 @@ class AdvBudgetGRPOLearner(LearnerHooks, GRPOLearner):  # type: ignore[misc, unu
         """tunix's rollout, rewards and advantages of one micro-batch (its
         ``TrainExample``), then: ``drop``'s mask, and, in training, the ledger and the
         batch κ_eff scores."""
-        LAST.valid = None
+        forget_published()  # a result left in this thread is not this step's
         example = self.tunix_generate_and_compute_advantage(training_input, mode)
-        scored = last_result() if LAST.valid is not None else None
-        if self.skipped_groups == "drop":
-            if scored is None:  # e.g. an estimator replaced after construction
+        rows = int(example.advantages.shape[0])
+        scored = take_published(rows)
+        step = None if scored is None else Step(scored, self.advbudget_options, TUNIX.metric_prefix)
+        if self.advbudget_options.skipped_groups == "drop":
+            if step is None:  # e.g. an estimator replaced after construction
                 raise RuntimeError(
                     "skipped_groups: 'drop' found no advbudget estimator call in this step "
                     f"(advantage_estimator={self.algo_config.advantage_estimator!r})"
                 )
-            example = drop_skipped_rows(example, LAST.valid)
-        if mode is None or mode == rl_cluster_lib.Mode.TRAIN:
-            if scored is not None:
-                self._update_ledger(training_input["prompts"], scored)
-            if self._kappa is not None and self._kappa_due():
-                batch = kappa_batch(example, scored, self.algo_config.num_generations)
-                if batch is not None:
-                    self._kappa.add(batch)
+            keep = np.ones(rows, dtype=bool)
+            keep[dropped_rows(step)] = False
+            example = drop_skipped_rows(example, keep)
+        training = mode is None or mode == rl_cluster_lib.Mode.TRAIN
+        if step is not None:
+            metrics = step_metrics(step) if self._advbudget_metrics else {}
+            if training and self.prompt_ledger is not None:
+                prompts = group_prompts(step, training_input["prompts"])
+                metrics.update(update_ledger(self.prompt_ledger, step, prompts))
+            if metrics:
+                self.rl_cluster.buffer_metrics(
+                    {key: (value, np.mean) for key, value in metrics.items()},
+                    mode=rl_cluster_lib.Mode.TRAIN if mode is None else mode,
+                )
+        if training and self._kappa is not None and self._kappa_due():
+            batch = kappa_batch(example, scored, self.algo_config.num_generations)
+            if batch is not None:
+                self._kappa.add(batch)
         return example
-
-    def _update_ledger(self, prompts: Sequence[Any], scored: Any) -> None:
-        solved = options().get("solved_reward", 1.0)
-        if self.prompt_ledger is None or solved is None:
-            return
-        # tunix repeats each prompt G times, adjacent: one identity per group
-        self.prompt_ledger.update(
-            list(prompts)[:: self.algo_config.num_generations], group_outcomes(scored, solved)
-        )
-        self.rl_cluster.buffer_metrics(
-            {
-                TUNIX.metric_prefix + key: (value, np.mean)
-                for key, value in self.prompt_ledger.metrics().items()
-                if not math.isnan(value)
-            },
-            mode=rl_cluster_lib.Mode.TRAIN,
-        )
 
     def _kappa_due(self) -> bool:
         # tunix counts steps from 0 while they run: the K-th update is step K - 1
-        return bool((self.rl_cluster.global_steps + 1) % self.kappa_every == 0)
+        return kappa_due(self.advbudget_options, self.rl_cluster.global_steps + 1)
 
     def run_mini_batch_step(self, *args: Any, **kwargs: Any) -> None:
         """tunix's mini-batch step, then κ_eff's pass after its update."""

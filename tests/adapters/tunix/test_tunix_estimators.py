@@ -1,9 +1,11 @@
 """The tunix registry route: every name registered, parity of every mirror of the tunix row
 (``own_names``: grpo, drgrpo, rloo) with tunix's own, the agentic learner's one-group
-calls, options, errors, the CLI's reward module."""
+calls, options, errors, the CLI's reward module, the quiet re-registration of ours, and
+every learner override recorded in ``_hooks.HOOKS``."""
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -170,15 +172,17 @@ def test_agentic_learner_one_group_at_a_time():
 
     fr = _registry()
     AgenticConfig(num_generations=4, advantage_estimator="reward_budget")  # accepted
-    rewards = _batch("graded", 3)
+    rewards, binary = _batch("graded", 3), _batch("binary", 3)
     tunix = get_convention("tunix")
     for name in estimator_names():
         spec = get_spec(tunix.core_name(name))
         if any(i.required for i in spec.inputs) or spec.batch_statistics:
             continue
         fn = fr.get_advantage_estimator(name)
-        whole = fn(rewards=rewards, num_generations=4)
-        per_group = [fn(rewards=group, num_generations=4) for group in rewards.reshape(-1, 4)]
+        # passk refuses a group of three reward values or more: binary rewards for it
+        batch = binary if spec.name == "passk" else rewards
+        whole = fn(rewards=batch, num_generations=4)
+        per_group = [fn(rewards=group, num_generations=4) for group in batch.reshape(-1, 4)]
         np.testing.assert_allclose(np.concatenate(per_group), whole, atol=1e-6, err_msg=name)
     with pytest.warns(UserWarning, match="called on one group of 4 rollouts"):
         fr.get_advantage_estimator("advbudget_reinforce_plus_plus_baseline")(
@@ -254,7 +258,7 @@ def test_drgrpo_config_takes_our_estimator_and_refuses_unknown_names():
 
 def test_resample_is_refused_in_one_line():
     from advbudget.adapters._options import parse_skipped_groups
-    from advbudget.adapters.tunix._learner import RESAMPLE_REFUSED
+    from advbudget.adapters.tunix._options import RESAMPLE_REFUSED
 
     with pytest.raises(ValueError, match="no dynamic sampling") as raised:
         parse_skipped_groups("resample", "skipped_groups", resample_refused=RESAMPLE_REFUSED)
@@ -276,9 +280,9 @@ def test_metric_fn_gives_the_adapters_keys():
     assert metric_fn(prompts=[], completions=[], rewards=rewards.copy(), advantages=other) == {}
 
 
-def _python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+def _python(code: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
+        [sys.executable, "-c", textwrap.dedent(code), *args],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -287,24 +291,27 @@ def _python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_the_cli_reward_module_registers_the_estimators():
+# The path the docs give (an alias) and where the module lives.
+@pytest.mark.parametrize("module", ["advbudget.rewards.tunix", "advbudget.adapters.tunix.rewards"])
+def test_the_cli_reward_module_registers_the_estimators(module: str):
     """tunix's CLI imports reward_functions entries with HyperParameters.obtain_reward_fn
     before it builds GrpoConfig: that import alone must register our names."""
     out = _python(
         """
-        import types
+        import sys, types
         from tunix.rl import function_registry as fr
         from tunix.cli.config import HyperParameters
         names = fr.default_registry.list_functions("advantage_estimator")
         assert "reward_budget" not in names, names
         fake = types.SimpleNamespace(config={
-            "reward_functions": ["advbudget.rewards.tunix"], "verl_compatible": False})
+            "reward_functions": [sys.argv[1]], "verl_compatible": False})
         fns = HyperParameters.obtain_reward_fn(fake)
         print([f.__name__ for f in fns])
         print(fns[0](["q"], ["Answer: 4"], answer=["4"]))
         print(fr.get_advantage_estimator("reward_budget")(
             rewards=__import__("numpy").array([1.0, 0.0]), num_generations=2))
         """,
+        module,
         ADVBUDGET_TUNIX_OPTIONS="budget=2.0",
     )
     assert out.returncode == 0, out.stderr[-3000:]
@@ -369,3 +376,55 @@ def test_an_estimator_of_reward_components_is_refused():
     fn = _registry().get_advantage_estimator("advbudget_gdpo")
     with pytest.raises(ValueError, match=r"^estimator: advbudget_gdpo takes reward components"):
         fn(rewards=np.array([1.0, 0.0, 0.0, 1.0]), num_generations=2)
+
+
+def test_only_our_names_registered_again_are_quiet(caplog: pytest.LogCaptureFixture) -> None:
+    """The package's filter of tunix's warning (installed at import) matches tunix's words:
+    ours registered again log nothing, another name still warns."""
+    from tunix.rl.function_registry import FunctionRegistry
+
+    _registry()  # installs the filter
+    registry = FunctionRegistry()
+    with caplog.at_level(logging.WARNING):
+        for name in ("advbudget_budget", "reward_budget", "advbudget_budget", "reward_budget"):
+            registry.register("advantage_estimator", name)(print)
+        assert caplog.messages == []
+        for _ in range(2):
+            registry.register("advantage_estimator", "grpo")(print)
+    assert [m for m in caplog.messages if "already registered" in m] == [
+        "Function 'grpo' is already registered in category 'advantage_estimator'. "
+        "Overwriting with new function."
+    ]
+
+
+#: What ``abc.ABCMeta`` sets on every class it makes (tunix's learners are ABCs).
+ABC_CACHE = "_abc_impl"
+
+
+def test_every_override_is_a_recorded_hook() -> None:
+    """A method of ours that shadows one of tunix's learners' (on purpose or by a clash of
+    names) is an override, recorded and kept in ``_hooks.LearnerHooks``."""
+    from tunix.rl.grpo.dapo_learner import DAPOLearner
+    from tunix.rl.grpo.grpo_learner import GRPOLearner
+
+    from advbudget.adapters.tunix import AdvBudgetDAPOLearner, AdvBudgetGRPOLearner
+    from advbudget.adapters.tunix._hooks import HOOKS
+
+    overrides = set()
+    for learner, tunix in (
+        (AdvBudgetGRPOLearner, GRPOLearner),
+        (AdvBudgetDAPOLearner, DAPOLearner),
+    ):
+        mro = learner.__mro__
+        overrides |= {
+            f"{cls.__module__}.{cls.__qualname__}.{name}"
+            for cls in mro[: mro.index(tunix)]
+            for name in vars(cls)
+            if hasattr(tunix, name) and not name.startswith("__") and name != ABC_CACHE
+        }
+    recorded = {
+        f"advbudget.adapters.tunix._hooks.LearnerHooks.{hook.qualname.rsplit('.', 1)[-1]}"
+        for hook in HOOKS
+        if hook.use == "override"
+    }
+    assert overrides == recorded

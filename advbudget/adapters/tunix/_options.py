@@ -1,0 +1,153 @@
+"""tunix's advbudget options: keyword arguments, read once into one
+:class:`~advbudget.adapters._options.AdapterOptions`.
+
+They reach the adapter three ways, each through :func:`read_options`: :func:`configure`
+(the estimators' options and ``solved_reward``), the environment variable
+:data:`OPTIONS_ENV` read at import (the CLI's route, into :func:`configure`), and
+``AdvBudgetGRPOLearner``'s ``skipped_groups=`` / ``kappa_every=``, read with the configured
+ones when the learner is built.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .._options import CORE_OPTIONS, UNSET, AdapterOptions
+from ._convention import TUNIX
+
+#: The environment variable read at import for the options (``budget=0.5,nan_policy=omit``):
+#: the route for tunix's CLI, where no Python runs before training.
+OPTIONS_ENV = "ADVBUDGET_TUNIX_OPTIONS"
+
+RESAMPLE_REFUSED = (
+    "tunix 0.1.7 has no dynamic sampling (DAPOConfig.dynamic_sampling is a TODO); "
+    "use 'drop' or 'keep'"
+)
+
+# Read beside configure's: the learner's keywords, and resample's cap (tunix refuses
+# resample: read and checked as in every adapter, never used).
+_OTHER_OPTIONS = ("skipped_groups", "kappa_every", "max_generation_batches")
+
+
+def known_options() -> list[str]:
+    """Every option :func:`configure` takes: each catalogue option, the core's tie
+    tolerance and ``nan_policy``, and ``solved_reward`` (metrics)."""
+    return [*TUNIX.option_names(), *CORE_OPTIONS, "solved_reward"]
+
+
+def key_of(name: str) -> str:
+    """tunix's key of our option ``name``: the keyword itself."""
+    return name
+
+
+def read_options(given: Mapping[str, Any]) -> AdapterOptions:
+    """The options of keyword arguments ``given`` (defaults from tunix's convention row); an
+    unknown or bad one raises a one-line ValueError naming it.
+
+    Examples:
+        >>> options = read_options({"budget": 0.5, "skipped_groups": "Drop"})
+        >>> dict(options.estimator_options), options.skipped_groups, options.kappa_every
+        ({'budget': 0.5}, 'drop', 10)
+        >>> read_options({"skipped_groups": "resample"})
+        Traceback (most recent call last):
+        ...
+        ValueError: skipped_groups: 'resample' is not available here: tunix 0.1.7 has no ...
+    """
+    _refuse_unknown(given, [*known_options(), *_OTHER_OPTIONS])
+    return AdapterOptions.parse(
+        lambda name: given.get(name, UNSET),
+        TUNIX,
+        key=key_of,
+        resample_refused=RESAMPLE_REFUSED,
+    )
+
+
+def _refuse_unknown(given: Mapping[str, Any], allowed: list[str]) -> None:
+    for key, value in given.items():
+        if key not in allowed:
+            raise ValueError(
+                f"{key}: not an advbudget option in tunix (expected one of "
+                f"{', '.join(allowed)}), got {key}={value!r}"
+            )
+
+
+@dataclass(frozen=True)
+class _Configured:
+    options: AdapterOptions
+    given: Mapping[str, Any]  # each as checked: what configure() returns
+
+
+_CONFIGURED = _Configured(read_options({}), {})
+
+
+def configure(**options: Any) -> dict[str, Any]:
+    """Set the options of every advbudget estimator in tunix (replacing earlier ones);
+    returns them.
+
+    Options: any catalogue option (``budget=0.5``, ``eps=``, ``std_correction=``, a
+    plugin's own; each estimator reads the ones it takes), ``tie_rtol``/``tie_atol`` (the
+    core's tie tolerance), ``nan_policy`` (``raise``/``omit``), ``solved_reward`` (metrics:
+    the reward at which a rollout counts as solved; None leaves the solved/unsolved keys
+    out). Each value is checked now. ``configure()`` resets them all. tunix's CLI reads them
+    from ``ADVBUDGET_TUNIX_OPTIONS`` instead (see :data:`OPTIONS_ENV`).
+
+    Examples:
+        >>> from advbudget.adapters.tunix import configure
+        >>> configure(budget=0.5)
+        {'budget': 0.5}
+        >>> configure(budjet=0.5)
+        Traceback (most recent call last):
+        ...
+        ValueError: budjet: not an advbudget option in tunix (expected one of budget, ...=0.5
+        >>> configure()
+        {}
+    """
+    _refuse_unknown(options, known_options())
+    record = read_options(options)
+    checked = {  # an estimator option, or solved_reward
+        key: record.estimator_options.get(key, record.solved_reward) for key in options
+    }
+    global _CONFIGURED
+    _CONFIGURED = _Configured(record, checked)
+    return dict(checked)
+
+
+def options() -> dict[str, Any]:
+    """The options set by :func:`configure` (or the environment), a copy."""
+    return dict(_CONFIGURED.given)
+
+
+def configured() -> AdapterOptions:
+    """The record :func:`configure` (or the environment) made: what the estimators and
+    :func:`~advbudget.adapters.tunix.metric_fn` read."""
+    return _CONFIGURED.options
+
+
+def _parse_env(text: str) -> dict[str, Any]:
+    """``"budget=0.5,nan_policy=omit"`` -> options (numbers and true/false converted)."""
+    out: dict[str, Any] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"{OPTIONS_ENV}: expected key=value items, got {item!r}")
+        value: Any = raw.strip()
+        if value.lower() in ("true", "false"):
+            value = value.lower() == "true"
+        else:
+            for kind in (int, float):
+                try:
+                    value = kind(value)
+                    break
+                except ValueError:
+                    pass
+        out[key.strip()] = value
+    return out
+
+
+def configure_from_environment() -> dict[str, Any]:
+    """:func:`configure` from ``ADVBUDGET_TUNIX_OPTIONS`` when it is set (else nothing)."""
+    text = os.environ.get(OPTIONS_ENV)
+    return configure(**_parse_env(text)) if text else options()
