@@ -161,7 +161,7 @@ $(VENV_TRL_OLDEST)/.installed: pyproject.toml $(PLUGIN)/pyproject.toml \
 	$(call environment,$(VENV_TRL_OLDEST),trl-oldest,lm,"$(TRL_OLDEST_PIN)")
 	$(VENV_TRL_OLDEST)/bin/python -m pip install --quiet --no-deps ./$(PLUGIN)
 
-TRL_SUITE := tests/adapters/trl advbudget/adapters/trl
+TRL_SUITE := tests/adapters/trl $(CONTRACT) advbudget/adapters/trl
 test-trl: $(VENV_TRL)/.installed $(VENV_TRL_OLDEST)/.installed
 	$(REQUIRE_TRL) $(VENV_TRL)/bin/python -m pytest -q -p no:cacheprovider $(TRL_SUITE)
 	$(REQUIRE_TRL) $(VENV_TRL_OLDEST)/bin/python -m pytest -q -p no:cacheprovider $(TRL_SUITE)

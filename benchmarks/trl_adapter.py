@@ -30,7 +30,7 @@ from typing import Any
 
 from _harness import header, machine_info, table, write_results
 
-from advbudget.testing.trl import grpo_config
+from advbudget.adapters.trl.testing import grpo_config
 
 _HERE = Path(__file__).resolve().parent
 

@@ -33,7 +33,7 @@ API_PAGES = {
     "advbudget.data": "data",
     "advbudget.rewards": "rewards",
     "advbudget.adapters.verl.rewards": "rewards",
-    "advbudget.rewards.trl": "rewards",
+    "advbudget.adapters.trl.rewards": "rewards",
     "advbudget.rewards.openrlhf": "rewards",
     "advbudget.eval": "eval",
     "advbudget.tiny": "tiny",

@@ -140,7 +140,7 @@ def dropped_rows(step: Step) -> list[int]:
 def kept_groups(result: AdvantageResult, groups: range | None = None) -> list[int]:
     """The groups (of ``groups``, default all) the estimator did not skip, in order."""
     skipped = _host(result.group_skipped).tolist()
-    return [g for g in groups or range(len(skipped)) if not skipped[g]]
+    return [g for g in (range(len(skipped)) if groups is None else groups) if not skipped[g]]
 
 
 @dataclass(frozen=True)

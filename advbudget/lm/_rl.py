@@ -64,6 +64,7 @@ def run_rl(
     from trl import GRPOConfig
 
     from ..adapters.trl import AdvBudgetGRPOTrainer
+    from ..adapters.trl._hooks import metrics_store
     from ..rewards.trl import dapo_accuracy
 
     transformers_logging.disable_progress_bar()
@@ -116,7 +117,7 @@ def run_rl(
                 scores = held_out(self.trainer.model)
                 evaluations[step] = scores
                 for key, value in scores.items():
-                    self.trainer._metrics["train"][EVAL_PREFIX + key].append(value)
+                    metrics_store(self.trainer)["train"][EVAL_PREFIX + key].append(value)
             if on_step is not None:
                 on_step(step)
             return control

@@ -1,9 +1,10 @@
 """Every private TRL symbol advbudget uses (TRL 1.13 to 1.16, transformers 5), in one table,
 and the only code that touches them.
 
-A TRL upgrade starts here: ``tests/adapters/trl/test_hooks.py`` resolves each record of
-:data:`HOOKS` in the installed TRL and compares its signature, so what moved fails in one
-list; no other module of the adapter names a private TRL symbol (the same test checks that).
+A TRL upgrade starts here: the shared adapter suite (``tests/adapters/contract``, run with
+``ADVBUDGET_FRAMEWORK=trl``) resolves each record of :data:`HOOKS` in the installed TRL and
+compares its signature, so what moved fails in one list, and checks that no other module of
+the adapter names a private TRL symbol.
 
 Nothing is patched: :class:`TrainerHooks` overrides ``GRPOTrainer``'s private methods in the
 subclass only, and the functions below read or write TRL's state of one trainer. ``mirrors``

@@ -21,14 +21,12 @@ from typing import Any
 
 import torch
 
-from advbudget.checks import int_at_least
 from advbudget.core import (
     AdvantageResult,
     Estimator,
     EstimatorSpec,
     KappaPairs,
     compute_advantages,
-    get_convention,
     get_spec,
     kappa_eff_of_pairs,
     kappa_pairs,
@@ -37,14 +35,26 @@ from advbudget.core import (
 from advbudget.metrics import (
     DEFAULT_SOLVED_REWARD,
     PromptLedger,
-    advantage_metric_dict,
-    check_solved_reward,
-    group_outcomes,
     kappa_metric_dict,
     prompt_key,
 )
 
-from .._options import parse_max_generation_batches, parse_skipped_groups
+from .._features import (
+    Step,
+    defined,
+    dropped_rows,
+    group_prompts,
+    kappa_due,
+    kept_groups,
+    may_resample,
+    resample_plan,
+    resample_shortfall,
+    sampled_group_metrics,
+    step_metrics,
+    update_ledger,
+)
+from .._options import DEFAULT_MAX_GENERATION_BATCHES, AdapterOptions
+from ._convention import TRL
 from ._hooks import (
     TrainerHooks,
     beta_scaled,
@@ -55,6 +65,7 @@ from ._hooks import (
     per_token_logps,
     prompt_loader,
 )
+from ._options import read_options
 from ._version import check_trl_version
 
 TRL_VERSION = check_trl_version()
@@ -68,13 +79,13 @@ from trl.trainer.grpo_trainer import (  # type: ignore[import-not-found, unused-
 # step that grpo_loss takes over (see _check_loss_path); TRL 1.14 moved Liger into that step.
 _LIGER_SKIPS_COMPUTE_LOSS = hasattr(GRPOTrainer, "compute_liger_loss")
 
-TRL = get_convention("trl")
 LOGGER = logging.getLogger(__name__)
 METRIC_PREFIX = TRL.metric_prefix
-_NAN_POLICIES = ("omit", "raise")
-
-
-_COMPUTE_KEYWORDS = ("tie_rtol", "tie_atol", "singletons")
+# Keywords of compute_advantages besides the estimator's own options.
+_COMPUTE_KEYWORDS = ("tie_rtol", "tie_atol", "singletons", "nan_policy")
+# TRL averages each metric over the logging window: a mean of per-step extremes is no
+# extreme, so the advantage's min and max are left out.
+_EXTREMES = ("advantage_min", "advantage_max")
 # The adapter's counters, saved in each checkpoint folder and read back on resume.
 STATE_FILE = "advbudget_state.json"
 
@@ -171,6 +182,10 @@ class AdvBudgetGRPOTrainer(TrainerHooks, GRPOTrainer):  # type: ignore[misc, unu
     value for (the advantage gap when every group is skipped, κ_eff without pairs) is left
     out of that step rather than logged as NaN/None.
 
+    The options above are read and checked once, at construction (a bad value raises a
+    one-line ValueError naming the argument before the model loads), into
+    ``trainer.advbudget_options``.
+
     Faults: a κ_eff pass that raises is skipped with a RuntimeWarning and training goes
     on. Resume: the κ_eff schedule's counter is saved as ``advbudget_state.json`` in each
     checkpoint folder and read back by ``train(resume_from_checkpoint=...)``.
@@ -196,7 +211,7 @@ class AdvBudgetGRPOTrainer(TrainerHooks, GRPOTrainer):  # type: ignore[misc, unu
         tie_rtol: float | None = None,
         tie_atol: float | None = None,
         skipped_groups: str = "keep",
-        max_generation_batches: int = 10,
+        max_generation_batches: int = DEFAULT_MAX_GENERATION_BATCHES,
         skip_empty_groups: bool | None = None,
         kappa_every: int = 0,
         solved_reward: float | None = DEFAULT_SOLVED_REWARD,
@@ -214,33 +229,32 @@ class AdvBudgetGRPOTrainer(TrainerHooks, GRPOTrainer):  # type: ignore[misc, unu
                 "advantage_estimator: expected an estimator name, an EstimatorSpec or a "
                 f"callable, got {type(advantage_estimator).__name__}"
             )
-        if nan_policy not in _NAN_POLICIES:
-            raise ValueError(f"nan_policy: expected one of {_NAN_POLICIES}, got {nan_policy!r}")
-        skipped_groups = parse_skipped_groups(skipped_groups, "skipped_groups")
+        # Read once: every later use goes through this record.
+        options = read_options(
+            {
+                "advantage_options": advantage_options,
+                "nan_policy": nan_policy,
+                "tie_rtol": tie_rtol,
+                "tie_atol": tie_atol,
+                "skipped_groups": skipped_groups,
+                "max_generation_batches": max_generation_batches,
+                "skip_empty_groups": skip_empty_groups,
+                "kappa_every": kappa_every,
+                "solved_reward": solved_reward,
+            }
+        )
         if skip_empty_groups is not None:
-            if not isinstance(skip_empty_groups, bool):
-                raise TypeError(f"skip_empty_groups: expected a bool, got {skip_empty_groups!r}")
             warnings.warn(
                 "AdvBudgetGRPOTrainer: skip_empty_groups is deprecated; use "
                 "skipped_groups='drop' (True) or 'keep' (False)",
                 DeprecationWarning,
                 stacklevel=2,
             )
-            if skip_empty_groups:
-                skipped_groups = "drop"
-        max_generation_batches = parse_max_generation_batches(
-            max_generation_batches, "max_generation_batches"
-        )
         if not isinstance(prompt_ledger, bool):
             raise TypeError(f"prompt_ledger: expected a bool, got {prompt_ledger!r}")
-        int_at_least("kappa_every", kappa_every, 0)
-        solved_reward = check_solved_reward(solved_reward)  # one line naming the option
-        if skipped_groups != "keep":
-            _check_loss_path(kwargs.get("args", args[2] if len(args) > 2 else None), skipped_groups)
-        overrides = dict(advantage_options or {})
-        for key, value in (("tie_rtol", tie_rtol), ("tie_atol", tie_atol)):
-            if value is not None:
-                overrides[key] = value
+        if options.skipped_groups != "keep":
+            trl_args = kwargs.get("args", args[2] if len(args) > 2 else None)
+            _check_loss_path(trl_args, options.skipped_groups)
         needs = [] if spec is None else [i.name for i in spec.inputs if i.required]
         if spec is not None and needs:  # optional inputs (whitening's weights): not given
             names = ", ".join(needs)
@@ -248,26 +262,25 @@ class AdvBudgetGRPOTrainer(TrainerHooks, GRPOTrainer):  # type: ignore[misc, unu
                 f"advantage_estimator: {spec.name} needs per-rollout inputs ({names}) that "
                 "TRL's reward step does not provide"
             )
+        # advantage_options as given (a key the estimator does not take is refused below),
+        # with the checked values of the options read.
+        overrides = {**(advantage_options or {}), **options.estimator_options}
         settings = TRL.settings(advantage_estimator, overrides)
         if spec is not None:  # a bad option fails here, not at step 1
             spec.resolve_options({k: v for k, v in settings.items() if k not in _COMPUTE_KEYWORDS})
         self.advantage_estimator = advantage_estimator
         self.advantage_settings = settings
-        self.nan_policy = nan_policy
-        self.skipped_groups = skipped_groups
-        self.max_generation_batches = max_generation_batches
-        self.kappa_every = kappa_every
-        self.solved_reward = solved_reward
-        self.prompt_ledger = PromptLedger() if prompt_ledger and solved_reward is not None else None
+        self.advbudget_options: AdapterOptions = options
+        self.prompt_ledger = PromptLedger() if prompt_ledger and options.prompt_ledger else None
         super().__init__(*args, **kwargs)
-        if skipped_groups == "resample":
+        if options.skipped_groups == "resample":
             self._check_resample()
-        if skipped_groups != "keep" and self.loss_type == "dr_grpo":
+        if options.skipped_groups != "keep" and self.loss_type == "dr_grpo":
             LOGGER.warning(
                 "AdvBudgetGRPOTrainer: loss_type='dr_grpo' divides by a constant by design "
                 "(max_completion_length per sequence); skipped_groups=%r counts the kept "
                 "sequences only",
-                skipped_groups,
+                options.skipped_groups,
             )
         self._advbudget_components = spec is not None and spec.components
         if self._advbudget_components and "weights" not in self.advantage_settings:
@@ -290,7 +303,7 @@ class AdvBudgetGRPOTrainer(TrainerHooks, GRPOTrainer):  # type: ignore[misc, unu
         self._advbudget_refill_epoch = 0
         self.last_advantage_result: AdvantageResult | None = None
         self.add_callback(_StateCallback(self))
-        if kappa_every:
+        if options.kappa_every:
             self.add_callback(_KappaCallback(self))
 
     # -- where TRL's steps come in (through ._hooks.TrainerHooks) -----------------------
@@ -308,43 +321,41 @@ class AdvBudgetGRPOTrainer(TrainerHooks, GRPOTrainer):  # type: ignore[misc, unu
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
         if not isinstance(group_size, int):
             raise RuntimeError(f"num_generations: expected an int for {mode}, got {group_size!r}")
+        options = self.advbudget_options
         output, rewards = self._generate_round(inputs)
         local_size = int(output["advantages"].shape[0])
         start = self.accelerator.process_index * local_size
         local = slice(start, start + local_size)
-        result = self._advantages(rewards, group_size)
-        self._replace_logged_advantages(result.advantages)
-        prompts = self._group_prompts(inputs, group_size) if mode == "train" else []
-        seen = [(result, prompts)]
-        if mode == "train" and self.skipped_groups == "resample":
-            output, rewards, seen = self._resample(output, rewards, seen, group_size, local)
-            result = self._advantages(rewards, group_size)
-        self.last_advantage_result = result
+        rounds = [self._scored(inputs, rewards, group_size, mode)]
+        step = rounds[0][0]
+        resample = mode == "train" and options.skipped_groups == "resample"
+        if resample:
+            output, rewards = self._resample(output, rewards, rounds, group_size, local)
+            # The assembled batch's own advantages: an estimator with batch statistics
+            # sees the batch it trains on.
+            step = Step(self._advantages(rewards, group_size), options, METRIC_PREFIX)
+        result = self.last_advantage_result = step.result
 
         advantages = result.advantages.to(output["advantages"].dtype)
         output["advantages"] = advantages[local]
         self._advbudget_row_scale[mode] = 1.0
-        if self.skipped_groups != "keep":
-            self._drop_invalid_rows(output, result.valid, local, mode)
+        if options.skipped_groups != "keep":
+            valid = torch.ones_like(result.valid, dtype=torch.bool)
+            valid[dropped_rows(step)] = False
+            self._drop_invalid_rows(output, valid, local, mode)
 
-        metrics = advantage_metric_dict(result, METRIC_PREFIX, solved_reward=self.solved_reward)
-        metrics = {k: v for k, v in metrics.items() if not k.endswith(("_min", "_max"))}
-        if self.skipped_groups == "resample" and mode == "train":
-            metrics.update(self._sampled_group_metrics(seen))
-        if self.prompt_ledger is not None and mode == "train" and self.solved_reward is not None:
-            for round_result, round_prompts in seen:
-                self.prompt_ledger.update(
-                    round_prompts, group_outcomes(round_result, self.solved_reward)
-                )
-            ledger = self.prompt_ledger.metrics()
-            metrics.update({METRIC_PREFIX + key: value for key, value in ledger.items()})
+        metrics = {k: v for k, v in step_metrics(step).items() if not k.endswith(_EXTREMES)}
+        if resample:
+            metrics.update(sampled_group_metrics([round_step for round_step, _ in rounds]))
+        if self.prompt_ledger is not None and mode == "train":
+            for round_step, prompts in rounds:  # the metrics after the last round stay
+                metrics.update(update_ledger(self.prompt_ledger, round_step, prompts))
         self._log_metrics(mode, metrics)
-        if mode == "train" and self.kappa_every:
-            if self._advbudget_generations % self.kappa_every == 0:
+        if mode == "train":
+            # TRL's first generation batch is measured too: its count starts at 0.
+            if kappa_due(options, self._advbudget_generations):
                 try:
-                    self._advbudget_kappa = self._kappa_before(
-                        output, advantages, group_size, start
-                    )
+                    self._advbudget_kappa = self._kappa_before(output, start)
                 except Exception as error:  # a metric: never worth the step
                     self._kappa_failed("before the update", error)
             self._advbudget_generations += 1
@@ -408,27 +419,27 @@ class AdvBudgetGRPOTrainer(TrainerHooks, GRPOTrainer):  # type: ignore[misc, unu
 
     def _advantages(self, rewards: torch.Tensor, group_size: int) -> AdvantageResult:
         return compute_advantages(
-            rewards,
-            self.advantage_estimator,
-            group_size=group_size,
-            nan_policy=self.nan_policy,  # type: ignore[arg-type]
-            **self.advantage_settings,
+            rewards, self.advantage_estimator, group_size=group_size, **self.advantage_settings
         )
 
-    def _group_prompts(self, inputs: list[Any], group_size: int) -> list[int]:
-        """The prompt identity of each group of the global batch (a group may start on
-        another process): :func:`~advbudget.metrics.prompt_key` of each row's prompt,
-        gathered. Empty when the ledger is off."""
-        if self.prompt_ledger is None:
-            return []
+    def _scored(
+        self, inputs: list[Any], rewards: torch.Tensor, group_size: int, mode: str
+    ) -> tuple[Step, list[int]]:
+        """One generation round's advantages (computed once, and shown in TRL's completions
+        log), and the prompt identity of each group of the global batch for the ledger
+        (empty when it is off, or in eval)."""
+        step = Step(self._advantages(rewards, group_size), self.advbudget_options, METRIC_PREFIX)
+        self._replace_logged_advantages(step.result.advantages)
+        if self.prompt_ledger is None or mode != "train":
+            return step, []
         keys = [prompt_key(example.get("prompt")) for example in inputs]
-        if self.accelerator.num_processes > 1:
+        if self.accelerator.num_processes > 1:  # a group may start on another process
             from accelerate.utils import (  # type: ignore[import-untyped, unused-ignore]
                 gather_object,
             )
 
             keys = list(gather_object(keys))
-        return keys[::group_size]
+        return step, group_prompts(step, keys)
 
     # -- skipped_groups="resample" -----------------------------------------------------
 
@@ -465,86 +476,51 @@ class AdvBudgetGRPOTrainer(TrainerHooks, GRPOTrainer):  # type: ignore[misc, unu
         self,
         output: dict[str, Any],
         rewards: torch.Tensor,
-        seen: list[tuple[AdvantageResult, list[int]]],
+        rounds: list[tuple[Step, list[int]]],
         group_size: int,
         local: slice,
-    ) -> tuple[dict[str, Any], torch.Tensor, list[tuple[AdvantageResult, list[int]]]]:
+    ) -> tuple[dict[str, Any], torch.Tensor]:
         """DAPO's dynamic sampling: generate for new prompts until every process holds as
         many kept groups as its generation batch has groups (or the rounds run out), then
         train on the first ones of each process in round order, filled up with skipped
         groups (dropped) when short. Every process decides from the same gathered counts,
-        so all take the same number of rounds; the advantages are then computed again on
-        the assembled global batch (estimators with batch statistics see that batch)."""
+        so all take the same number of rounds. Each round is appended to ``rounds``; the
+        assembled output and the rewards of the assembled global batch are returned."""
+        options = self.advbudget_options
         local_groups = (local.stop - local.start) // group_size
-        first_group = local.start // group_size
+        first = local.start // group_size
+        mine = range(first, first + local_groups)
         outputs, local_rewards = [output], [rewards[local]]
-        kept = [_kept_groups(seen[0][0], first_group, local_groups)]
+        kept = [[g - first for g in kept_groups(rounds[0][0].result, mine)]]
         while True:
             have = torch.tensor([sum(map(len, kept))], device=rewards.device)
             short = int((local_groups - self.accelerator.gather(have)).clamp(min=0).sum())
-            if short == 0 or len(outputs) == self.max_generation_batches:
+            if not may_resample(options, len(outputs), short):
                 break
             inputs = self._refill_inputs()
             round_output, round_rewards = self._generate_round(inputs)
-            result = self._advantages(round_rewards, group_size)
-            self._replace_logged_advantages(result.advantages)
-            seen.append((result, self._group_prompts(inputs, group_size)))
+            rounds.append(self._scored(inputs, round_rewards, group_size, "train"))
             outputs.append(round_output)
             local_rewards.append(round_rewards[local])
-            kept.append(_kept_groups(result, first_group, local_groups))
+            kept.append([g - first for g in kept_groups(rounds[-1][0].result, mine)])
         if short:
             total = local_groups * self.accelerator.num_processes
-            warnings.warn(
-                f"AdvBudgetGRPOTrainer: skipped_groups='resample' found {total - short} of "
-                f"{total} kept groups in {len(outputs)} generation rounds "
-                f"(max_generation_batches={self.max_generation_batches}); the step trains "
-                f"on them and drops the {short} skipped groups that fill the batch",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-        picks = [(r, g) for r, groups in enumerate(kept) for g in groups][:local_groups]
-        if len(picks) < local_groups:  # fill up with skipped groups: dropped below
-            chosen = set(picks)
-            fillers = [
-                (r, g)
-                for r in range(len(outputs))
-                for g in range(local_groups)
-                if (r, g) not in chosen
-            ]
-            picks += fillers[: local_groups - len(picks)]
-        rows = [(r, g * group_size + i) for r, g in picks for i in range(group_size)]
+            message = resample_shortfall(total - short, total, len(outputs), options)
+            warnings.warn(f"AdvBudgetGRPOTrainer: {message}", RuntimeWarning, stacklevel=3)
+        plan = resample_plan(kept, need=local_groups, groups_per_round=local_groups)
+        rows = [(r, g * group_size + i) for r, g in plan.picks for i in range(group_size)]
         assembled = _take_rows(outputs, rows, pad_token_id(self))
-        mine = torch.stack([local_rewards[r][i] for r, i in rows])
+        picked = torch.stack([local_rewards[r][i] for r, i in rows])
         self._log_metrics("train", {METRIC_PREFIX + "generation_batches": float(len(outputs))})
-        return assembled, self.accelerator.gather(mine), seen
-
-    def _sampled_group_metrics(
-        self, seen: list[tuple[AdvantageResult, list[int]]]
-    ) -> dict[str, float]:
-        """The group fractions over every group resampling generated (the batch trained
-        on holds kept groups only, so its own fractions say nothing of the prompts)."""
-        groups = sum(result.num_groups for result, _ in seen)
-        skipped = sum(int(result.group_skipped.sum()) for result, _ in seen)
-        metrics = {METRIC_PREFIX + "skipped_group_fraction": skipped / groups}
-        if self.solved_reward is not None:
-            counts = {"scored": 0, "unsolved": 0, "solved": 0}
-            for result, _ in seen:
-                outcomes = group_outcomes(result, self.solved_reward)
-                for key in counts:
-                    counts[key] += int(getattr(outcomes, key).sum())
-            for key in ("unsolved", "solved"):
-                value = counts[key] / counts["scored"] if counts["scored"] else math.nan
-                metrics[f"{METRIC_PREFIX}{key}_group_fraction"] = value
-        return metrics
+        return assembled, self.accelerator.gather(picked)
 
     def _log_metrics(self, mode: str, metrics: Mapping[str, float]) -> None:
-        """Append to TRL's metrics, leaving out values a step does not have (NaN, e.g. the
-        advantage gap when every group was skipped): TRL averages what it has over the
-        logging steps and logs None for a key with nothing, which TensorBoard refuses."""
+        """Append to TRL's metrics, leaving out values a step does not have (NaN): TRL
+        averages what it has over the logging steps and logs None for a key with nothing,
+        which TensorBoard refuses."""
         store = metrics_store(self)[mode]
-        for key, value in metrics.items():
-            if not math.isnan(value):
-                store[key].append(value)
+        for key, value in defined(metrics).items():
+            store[key].append(value)
 
     def _kappa_failed(self, when: str, error: Exception) -> None:
         warnings.warn(
@@ -622,16 +598,17 @@ class AdvBudgetGRPOTrainer(TrainerHooks, GRPOTrainer):  # type: ignore[misc, unu
         total: torch.Tensor = sequence_logprobs(logps, completion_mask)
         return total
 
-    def _kappa_before(
-        self, output: dict[str, Any], advantages: torch.Tensor, group_size: int, start: int
-    ) -> _KappaBatch:
-        """Pick the pairs from the global batch's AdvantageResult; keep this process's pair
-        rows and their log-probs before the update (``advantages`` and ``group_size`` are
-        those of ``self.last_advantage_result``, which holds the grouping)."""
+    def _kappa_before(self, output: dict[str, Any], start: int) -> _KappaBatch:
+        """Pick the pairs from the global batch's AdvantageResult
+        (``self.last_advantage_result``); keep this process's pair rows (from row ``start``
+        of the global batch) and their log-probs before the update."""
         result = self.last_advantage_result
         if result is None:
             raise RuntimeError("AdvBudgetGRPOTrainer: κ_eff needs the batch's AdvantageResult")
         local_size = int(output["advantages"].shape[0])
+        # The result's own grouping: no pair in a group the estimator skipped, and never a
+        # rollout without a reward (the bare advantages' pairs, _features.kappa_rows, may
+        # pick either; see grpo_passk, reinforce).
         pairs = kappa_pairs(result)
         rows = pairs.rows()
         rows = rows[(rows >= start) & (rows < start + local_size)] - start
@@ -755,13 +732,6 @@ def _check_loss_path(
             "patched trainer, such as Unsloth's, bypasses the adapter's per-sequence "
             f"normaliser); {fix}"
         )
-
-
-def _kept_groups(result: AdvantageResult, first: int, count: int) -> list[int]:
-    """Local indices of this process's groups (``first`` .. ``first + count`` of the
-    global batch) that were not skipped."""
-    skipped = result.group_skipped[first : first + count].tolist()
-    return [g for g, is_skipped in enumerate(skipped) if not is_skipped]
 
 
 def _take_rows(

@@ -185,12 +185,13 @@ def test_a_plugins_estimator_reaches_the_framework(driver: ModuleType, framework
 
 
 def test_a_nan_reward_follows_nan_policy(driver: ModuleType, framework: str) -> None:
-    """A NaN reward (a grader that failed) stops the step by default, naming the way out;
-    with ``nan_policy=omit`` the rollout leaves its group's statistics with advantage 0."""
+    """A NaN reward (a grader that failed) stops the step under ``nan_policy=raise``,
+    naming the way out; under ``omit`` the rollout leaves its group's statistics with
+    advantage 0. (The default is the framework's: raise, omit in TRL as TRL's own.)"""
     name = get_convention(framework).name_of("budget")
     rewards = [math.nan, *REWARDS[1:]]
     with pytest.raises(ValueError, match="nan_policy"):
-        driver.advantages(name, rewards, 4, {})
+        driver.advantages(name, rewards, 4, {"nan_policy": "raise"})
     got = driver.advantages(name, rewards, 4, {"nan_policy": "omit"})
     expected = compute_advantages(np.asarray(rewards), "budget", group_size=4, nan_policy="omit")
     np.testing.assert_allclose(got, np.asarray(expected.advantages), rtol=0, atol=1e-6)

@@ -43,7 +43,7 @@ def main(model_dir: str, data_file: str, output_dir: str, mode: str = "spanning"
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from advbudget.adapters.trl import AdvBudgetGRPOTrainer
-    from advbudget.testing.trl import grpo_config
+    from advbudget.adapters.trl.testing import grpo_config
 
     config = grpo_config(
         Path(output_dir) / "out",

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from advbudget.testing.trl import grpo_config
+from advbudget.adapters.trl.testing import grpo_config
 
 PROMPTS = 8
 # trl 1.16 still calls transformers 5.24's deprecated gradient-checkpointing aliases.

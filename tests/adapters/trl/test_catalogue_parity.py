@@ -136,7 +136,7 @@ def _rloo_pairs(
     from trl import RLOOTrainer
 
     from advbudget.adapters.trl import AdvBudgetGRPOTrainer
-    from advbudget.testing.trl import rloo_config
+    from advbudget.adapters.trl.testing import rloo_config
 
     # no KL in the reward (beta 0): the outcome rewards alone
     args = rloo_config(tmp_path / "rloo", beta=0.0, **RUN, **switch)

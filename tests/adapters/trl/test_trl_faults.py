@@ -13,7 +13,7 @@ import pytest
 trl = pytest.importorskip("trl")
 
 from advbudget.adapters.trl import AdvBudgetGRPOTrainer  # noqa: E402
-from advbudget.rewards import trl as trl_rewards  # noqa: E402
+from advbudget.adapters.trl import rewards as trl_rewards  # noqa: E402
 
 from .conftest import TRL_WARNINGS  # noqa: E402
 

@@ -127,9 +127,14 @@ def test_dr_grpo_says_what_drop_does_with_its_constant(make_trainer: Any, caplog
 def test_skip_empty_groups_is_a_deprecated_alias(make_trainer: Any) -> None:
     with pytest.warns(DeprecationWarning, match="skipped_groups='drop'"):
         trainer = make_trainer(AdvBudgetGRPOTrainer, skip_empty_groups=True)
-    assert trainer.skipped_groups == "drop"
+    assert trainer.advbudget_options.skipped_groups == "drop"
     with pytest.warns(DeprecationWarning, match="skip_empty_groups is deprecated"):
-        assert make_trainer(AdvBudgetGRPOTrainer, skip_empty_groups=False).skipped_groups == "keep"
+        assert (
+            make_trainer(
+                AdvBudgetGRPOTrainer, skip_empty_groups=False
+            ).advbudget_options.skipped_groups
+            == "keep"
+        )
 
 
 @pytest.mark.parametrize(

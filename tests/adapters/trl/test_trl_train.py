@@ -231,3 +231,26 @@ def test_kappa_forwards_only_the_pair_rows(make_trainer: Any) -> None:
     assert len(expected) == 3
     assert sum(seen) == sum(expected)  # per-device batch 8: at most 2 of each group of 4
     assert all(n < 8 for n in expected)
+
+
+def test_every_override_is_a_recorded_hook() -> None:
+    """A method of ours that shadows one of ``GRPOTrainer``'s (on purpose or by a clash of
+    names) is an override, recorded in ``_hooks.HOOKS`` and kept in ``_hooks.TrainerHooks``
+    (the shared suite checks that each record resolves and that no other file names one)."""
+    from trl.trainer.grpo_trainer import GRPOTrainer
+
+    from advbudget.adapters.trl._hooks import HOOKS
+
+    mro = AdvBudgetGRPOTrainer.__mro__
+    overrides = {
+        f"{cls.__module__}.{cls.__qualname__}.{name}"
+        for cls in mro[: mro.index(GRPOTrainer)]
+        for name in vars(cls)
+        if hasattr(GRPOTrainer, name) and not name.startswith("__")
+    }
+    recorded = {
+        f"advbudget.adapters.trl._hooks.TrainerHooks.{hook.qualname.rsplit('.', 1)[-1]}"
+        for hook in HOOKS
+        if hook.use == "override"
+    }
+    assert overrides == recorded
