@@ -34,20 +34,19 @@ OpenRLHF's ``reinforce``) and no critic.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import runpy
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from advbudget.core import estimator_specs, get_spec
 
 from .._options import parse_max_generation_batches, parse_skipped_groups
 from ._advantages import OPENRLHF, estimator_names, is_ours, needs_groups, parse_solved_reward
+from ._hooks import HOOK, install, openrlhf_parser
 from ._parse_only import ParsedOnly, run_main_block
-from ._patch import HOOK, install
 from ._resample import DEFAULT_MAX_GENERATION_BATCHES
 from ._version import check_openrlhf_version
 
@@ -170,55 +169,31 @@ def _boolean(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
-@contextlib.contextmanager
-def _patched_parser(parse_only: bool) -> Iterator[None]:
-    original_add = argparse.ArgumentParser.add_argument
-    original_parse = argparse.ArgumentParser.parse_args
-
-    def add_argument(self: argparse.ArgumentParser, *names: Any, **kwargs: Any) -> Any:
-        if ESTIMATOR_FLAG in names and kwargs.get("choices") is not None:
-            kwargs["choices"] = [*kwargs["choices"], *estimator_names()]
-        return original_add(self, *names, **kwargs)
-
-    def parse_args(self: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> Any:
-        if not any(ESTIMATOR_FLAG in a.option_strings for a in self._actions):
-            return original_parse(self, *args, **kwargs)
-        for name, kind in option_flags().items():
-            original_add(self, f"--advbudget.{name}", type=kind, default=None)
-        original_add(self, "--advbudget.tie_rtol", type=float, default=None)
-        original_add(self, "--advbudget.tie_atol", type=float, default=None)
-        original_add(self, "--advbudget.nan_policy", choices=("raise", "omit"), default=None)
-        original_add(self, "--advbudget.kappa_every", type=int, default=DEFAULT_KAPPA_EVERY)
-        original_add(self, "--advbudget.solved_reward", type=str, default=None)
-        original_add(
-            self,
-            SKIPPED_FLAG,
-            type=str,
-            default=None,
-            help="keep (default: advantage 0, in the normaliser, OpenRLHF's behaviour), drop "
-            "(out of the loss and its normaliser) or resample (dynamic filtering with the "
-            "estimator's skip rule) the rows of skipped groups",
-        )
-        original_add(
-            self,
-            ROUNDS_FLAG,
-            type=str,
-            default=None,
-            help=f"resample: at most N times the step's prompts generated per step (default "
-            f"{DEFAULT_MAX_GENERATION_BATCHES})",
-        )
-        original_add(self, "--advbudget.parse_only", action="store_true", default=False)
-        flat = original_parse(self, *args, **kwargs)
-        validate(flat)
-        return flat
-
-    argparse.ArgumentParser.add_argument = add_argument  # type: ignore[method-assign,assignment]
-    argparse.ArgumentParser.parse_args = parse_args  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        argparse.ArgumentParser.add_argument = original_add  # type: ignore[method-assign]
-        argparse.ArgumentParser.parse_args = original_parse  # type: ignore[method-assign]
+def _add_own_flags(parser: argparse.ArgumentParser) -> None:
+    """Our ``--advbudget.*`` flags, on OpenRLHF's parser."""
+    for name, kind in option_flags().items():
+        parser.add_argument(f"--advbudget.{name}", type=kind, default=None)
+    parser.add_argument("--advbudget.tie_rtol", type=float, default=None)
+    parser.add_argument("--advbudget.tie_atol", type=float, default=None)
+    parser.add_argument("--advbudget.nan_policy", choices=("raise", "omit"), default=None)
+    parser.add_argument("--advbudget.kappa_every", type=int, default=DEFAULT_KAPPA_EVERY)
+    parser.add_argument("--advbudget.solved_reward", type=str, default=None)
+    parser.add_argument(
+        SKIPPED_FLAG,
+        type=str,
+        default=None,
+        help="keep (default: advantage 0, in the normaliser, OpenRLHF's behaviour), drop "
+        "(out of the loss and its normaliser) or resample (dynamic filtering with the "
+        "estimator's skip rule) the rows of skipped groups",
+    )
+    parser.add_argument(
+        ROUNDS_FLAG,
+        type=str,
+        default=None,
+        help=f"resample: at most N times the step's prompts generated per step (default "
+        f"{DEFAULT_MAX_GENERATION_BATCHES})",
+    )
+    parser.add_argument("--advbudget.parse_only", action="store_true", default=False)
 
 
 def runtime_env(job_runtime_env: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -270,7 +245,7 @@ def main(argv: Sequence[str] | None = None) -> Any:
     saved_argv = sys.argv
     sys.argv = ["openrlhf.cli.train_ppo_ray", *argv]
     try:
-        with _patched_parser(parse_only):
+        with openrlhf_parser(ESTIMATOR_FLAG, estimator_names, _add_own_flags, validate):
             if parse_only:
                 # Only the parser and checks of train_ppo_ray: its trainer imports need vLLM.
                 try:

@@ -64,6 +64,7 @@ from advbudget.metrics import (
 
 from .._options import parse_skipped_groups
 from .._options import parse_solved_reward as parse_option
+from ._hooks import ray_ships_views_compactly
 from ._returns import cumulative_returns
 
 _logger = logging.getLogger("advbudget.adapters.openrlhf")
@@ -239,7 +240,7 @@ def compute_advantages_and_returns(
 
     # Each experience gets views of batch tensors when Ray ships a view's own elements,
     # else copies: a view pickled by default carries its whole storage through Ray.
-    copy = not _ray_ships_views_compactly() if copy_blocks is None else copy_blocks
+    copy = not ray_ships_views_compactly() if copy_blocks is None else copy_blocks
     returns_flat = layout.flatten(returns)  # masked_select: a new tensor
     advantages_flat = returns_flat.clone() if returns is advantages else layout.flatten(advantages)
     parts = zip(
@@ -279,7 +280,7 @@ def _drop_skipped_rows(
     normaliser alike, as if the batch held only the kept groups. The rows stay in the batch
     (every DP rank keeps its micro-batch count: DeepSpeed's steps stay in lockstep); a
     micro-batch or a whole step with no kept token is guarded by the patch
-    (``_patch._wrap_aggregate_loss``)."""
+    (``_hooks._wrap_aggregate_loss``)."""
     if not getattr(maker, "_advbudget_drop_logged", False):
         maker._advbudget_drop_logged = True
         _logger.info(
@@ -446,17 +447,6 @@ def ledger_metrics(
     }
 
 
-def _ray_ships_views_compactly() -> bool:
-    """Whether Ray serialises a tensor view as its own elements: with its zero-copy tensor
-    serialisation (``RAY_ENABLE_ZERO_COPY_TORCH_TENSORS=1``, set by OpenRLHF's ``train`` and
-    by our entry point). Ray's default pickling sends a view's whole storage."""
-    try:
-        from ray._private import ray_constants
-    except ImportError:
-        return False
-    return bool(getattr(ray_constants, "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS", False))
-
-
 class _Layout:
     """Experiences of ``[B_i, W_i]`` tensors as one ``[sum B_i, max W_i]`` batch (rows
     right-padded with zeros) and back, with a few whole-batch operations instead of a few
@@ -513,7 +503,7 @@ def _remember_for_kappa(maker: Any, experiences: list[Any], result: Any) -> None
         maker._advbudget_kappa_warned = True
         _logger.warning(
             "advbudget: κ_eff is not running: the previous step's pairs were never used (the "
-            "trainer's ppo_train is not advbudget's; see advbudget.adapters.openrlhf._patch)"
+            "trainer's ppo_train is not advbudget's; see advbudget.adapters.openrlhf._hooks)"
         )
     maker._advbudget_kappa_pairs = KappaPairs(experiences=experiences, pairs=kappa_pairs(result))
 

@@ -22,6 +22,7 @@ from advbudget.core import kappa_eff_of_pairs, sequence_logprobs
 from advbudget.metrics import kappa_metric_dict
 
 from ._advantages import KappaPairs
+from ._hooks import actor_log_probs
 
 _logger = logging.getLogger("advbudget.adapters.openrlhf")
 
@@ -76,14 +77,15 @@ def actor_forward(trainer: Any) -> Forward:
     def forward(sequences: list[Any], action_mask: list[Any], attention_mask: list[Any]) -> Any:
         if args.ds.enable_sleep:  # the actor was offloaded after fit
             ray.get(group.async_run_method(method_name="reload_states"))
-        refs = maker._dispatch_forward(
+        logprobs = actor_log_probs(
+            maker,
             group,
             args.train.colocate_all or args.train.colocate_actor_ref,
+            duplicate_factor,
             sequences=sequences,
             action_mask=action_mask,
             attention_mask=attention_mask,
         )
-        logprobs = maker._flatten_results(refs, duplicate_factor)
         if args.ds.enable_sleep:
             ray.get(group.async_run_method(method_name="offload_states"))
         return logprobs

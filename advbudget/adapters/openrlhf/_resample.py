@@ -1,15 +1,15 @@
 """``--advbudget.skipped_groups resample``: OpenRLHF's dynamic filtering, deciding with the
 estimator's own skip rule and bounded by ``--advbudget.max_generation_batches``.
 
-OpenRLHF 0.11.2's filter (``SamplesGenerator._generate_vllm``,
-``openrlhf/trainer/ppo_utils/samples_generator.py`` lines 140-193) keeps a prompt when the
-mean of its samples' ``scores`` lies strictly inside ``--algo.dynamic_filtering_range``
-and sends one new prompt for each prompt it drops, with no bound but the end of the
-dataloader. A mean-in-range rule is not the estimator's rule: graded rewards tie at any
-mean, and ties within ``tie_rtol``/``tie_atol`` are skipped by the core. So, for our
-estimators with ``resample``, :func:`generate` replaces that method: the same flow
-(dispatch the prompts, take each prompt's samples as they arrive, send a new prompt for
-each dropped one) with two changes:
+OpenRLHF 0.11.2's filter (its samples generator's vLLM generation,
+``openrlhf/trainer/ppo_utils/samples_generator.py`` lines 140-193, wrapped in
+:mod:`._hooks`) keeps a prompt when the mean of its samples' ``scores`` lies strictly inside
+``--algo.dynamic_filtering_range`` and sends one new prompt for each prompt it drops, with
+no bound but the end of the dataloader. A mean-in-range rule is not the estimator's rule:
+graded rewards tie at any mean, and ties within ``tie_rtol``/``tie_atol`` are skipped by
+the core. So, for our estimators with ``resample``, :func:`generate` replaces that method:
+the same flow (dispatch the prompts, take each prompt's samples as they arrive, send a new
+prompt for each dropped one) with two changes:
 
 - the decision is :func:`group_kept`: the core's ``group_skipped`` on the group's
   ``rewards`` (the estimator's input, not ``scores``), with the estimator's options (tie
@@ -34,6 +34,7 @@ from advbudget.core import compute_advantages, make_groups
 
 from .._options import parse_max_generation_batches
 from ._advantages import _inputs, core_estimator
+from ._hooks import collect_prompts, dispatch_prompts, response_experience
 
 _logger = logging.getLogger("advbudget.adapters.openrlhf")
 ROUNDS_FLAG = "--advbudget.max_generation_batches"
@@ -71,43 +72,38 @@ def group_kept(experiences: list[Any], args: Any) -> bool:
 def generate(
     generator: Any, dataloader_iter: Any, num_prompts: int, **generate_kwargs: Any
 ) -> tuple[list[Any], int, bool]:
-    """``SamplesGenerator._generate_vllm`` with dynamic filtering, our decision and bound:
-    returns (kept samples, prompts sent, dataloader exhausted) as OpenRLHF's does."""
+    """OpenRLHF's vLLM generation with dynamic filtering, our decision and bound: returns
+    (kept samples, prompts sent, dataloader exhausted) as OpenRLHF's does."""
     import ray
-    from openrlhf.trainer.ppo_utils.samples_generator import _collect_prompt_batch
 
     args = generator.args
     limit = max_generation_batches(args)
-    prompts, labels, images, exhausted = _collect_prompt_batch(dataloader_iter, num_prompts)
+    prompts, labels, images, exhausted = collect_prompts(dataloader_iter, num_prompts)
     setattr(generator, _ROUNDS_ATTR, None)
     if not prompts:
         return [], 0, True
     target = len(prompts)
     sent = target
-    pending = list(
-        generator._dispatch_prompts_to_vllm(prompts, labels, images=images, **generate_kwargs)
-    )
+    pending = dispatch_prompts(generator, prompts, labels, images, **generate_kwargs)
     kept: list[Any] = []
     kept_groups = 0
     while pending:
         ready, pending = ray.wait(pending, num_returns=1, timeout=10.0)
         for ref in ready:
             group = [
-                generator._process_response_into_experience(response, **generate_kwargs)
+                response_experience(generator, response, **generate_kwargs)
                 for response in ray.get(ref)
             ]
             if group_kept(group, args):
                 kept.extend(group)
                 kept_groups += 1
             elif sent < limit * target and not exhausted:
-                more, more_labels, more_images, exhausted = _collect_prompt_batch(
-                    dataloader_iter, 1
-                )
+                more, more_labels, more_images, exhausted = collect_prompts(dataloader_iter, 1)
                 sent += len(more)
                 if more:
                     pending.extend(
-                        generator._dispatch_prompts_to_vllm(
-                            more, more_labels, images=more_images, **generate_kwargs
+                        dispatch_prompts(
+                            generator, more, more_labels, more_images, **generate_kwargs
                         )
                     )
     rounds = sent / target

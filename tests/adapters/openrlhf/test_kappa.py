@@ -253,7 +253,7 @@ def test_kappa_runs_in_a_ray_actor_class_decorated_before_the_patch(
     ``BasePPOTrainer.__init__`` binds our wrapper on the instance."""
     from openrlhf.trainer.ppo_trainer import BasePPOTrainer
 
-    from advbudget.adapters.openrlhf._patch import bind_ppo_train
+    from advbudget.adapters.openrlhf._hooks import bind_ppo_train
 
     adapter.uninstall()
 
@@ -286,7 +286,7 @@ def test_kappa_runs_once_in_an_actor_class_decorated_after_the_patch() -> None:
     binding in ``__init__`` must then leave it alone (one κ_eff pass, not two)."""
     from openrlhf.trainer.ppo_trainer import BasePPOTrainer
 
-    from advbudget.adapters.openrlhf._patch import bind_ppo_train
+    from advbudget.adapters.openrlhf._hooks import bind_ppo_train
 
     adapter.install()
     try:

@@ -20,7 +20,7 @@ pytest.importorskip("ray")
 import ray
 import torch
 
-from advbudget.adapters.openrlhf._patch import LEDGER_STATE
+from advbudget.adapters.openrlhf._hooks import LEDGER_STATE
 from advbudget.testing.openrlhf import make_args, make_experiences, make_maker
 
 from .conftest import OPENRLHF_WARNINGS

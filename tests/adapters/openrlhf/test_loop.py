@@ -228,7 +228,7 @@ def test_every_advbudget_metric_every_step(case: Any) -> None:
 
 def test_kappa_eff_after_every_kth_update(case: Any) -> None:
     """Regression: κ_eff pairs were kept every step but the pass after ``ppo_train`` never
-    ran in the Ray actor (Ray's copy of the unpatched method; see ``_patch``)."""
+    ran in the Ray actor (Ray's copy of the unpatched method; see ``_hooks``)."""
     run, steps, _, kappa_steps = case
     for step in steps:
         status = run.steps[step]
