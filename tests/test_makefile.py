@@ -97,7 +97,8 @@ def test_trl_suite_runs_on_the_newest_and_the_oldest_supported_trl() -> None:
     runs = [line for line in _recipe("test-trl") if "-m pytest" in line]
     venvs = [re.search(r"(\.venv[\w-]*)/bin/python", line) for line in runs]
     assert [v.group(1) if v else None for v in venvs] == [".venv-trl", ".venv-trl-oldest"]
-    assert all(line.endswith(" tests/adapters/trl advbudget/adapters/trl") for line in runs)
+    suite = " tests/adapters/trl tests/adapters/contract advbudget/adapters/trl"
+    assert all(line.endswith(suite) for line in runs)
     # The oldest environment pins the lower bound of the trl extra (the adapter's range).
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     (spec,) = [r for r in extras["optional-dependencies"]["trl"] if r.startswith("trl>=")]
