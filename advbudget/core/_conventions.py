@@ -178,7 +178,6 @@ class Convention:
         return list(seen)
 
 
-
 #: The frameworks with an adapter; each keeps its row in
 #: ``advbudget/adapters/<framework>/_convention.py`` (importing nothing of the framework).
 FRAMEWORKS = ("verl", "openrlhf", "trl", "tunix")
