@@ -191,7 +191,8 @@ $(VENV_OPENRLHF)/.installed: pyproject.toml $(PLUGIN)/pyproject.toml \
 	touch $@
 
 test-openrlhf: $(VENV_OPENRLHF)/.installed
-	$(REQUIRE_OPENRLHF) $(VENV_OPENRLHF)/bin/python -m pytest -q -p no:cacheprovider tests/adapters/openrlhf advbudget/adapters/openrlhf
+	$(REQUIRE_OPENRLHF) $(VENV_OPENRLHF)/bin/python -m pytest -q -p no:cacheprovider \
+	  tests/adapters/openrlhf $(CONTRACT) advbudget/adapters/openrlhf
 	$(call upstream,$(VENV_OPENRLHF),openrlhf,tests)
 
 bench-openrlhf: $(VENV_OPENRLHF)/.installed

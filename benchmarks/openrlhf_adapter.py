@@ -1,7 +1,8 @@
 """Timing benchmark of the OpenRLHF adapter against OpenRLHF's own advantage step.
 
 One run times ``RemoteExperienceMaker.compute_advantages_and_returns`` (openrlhf 0.11.2) on
-the same real ``Experience`` objects (:func:`advbudget.testing.openrlhf.make_experiences`: N
+the same real ``Experience`` objects
+(:func:`advbudget.adapters.openrlhf.testing.make_experiences`: N
 samples in groups of 8, shuffled across micro-batches of B samples as OpenRLHF's rollout
 leaves them, each micro-batch as wide as its longest response, KL terms in the reward,
 float32, CPU):
@@ -26,7 +27,7 @@ It checks that OpenRLHF's and ours agree, writes ``results/openrlhf.json`` and
 and 256, at least 20x faster than OpenRLHF; reported, never enforced. Run in the OpenRLHF
 environment: ``make bench-openrlhf`` (``--quick`` for a smoke run); on a CPU machine,
 without flash_attn and vllm, placeholders let OpenRLHF import
-(:func:`advbudget.testing.openrlhf.experience_maker_module`).
+(:func:`advbudget.adapters.openrlhf.testing.experience_maker_module`).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ from _harness import (
     write_results,
 )
 
-from advbudget.testing.openrlhf import (
+from advbudget.adapters.openrlhf.testing import (
     experience_maker_module,
     make_args,
     make_experiences,

@@ -58,10 +58,10 @@ RESPONSES: dict[str, Callable[[int], str]] = {
 
 def reward_paths() -> dict[str, Callable[[str], Any]]:
     """Each reward entry point as a function of one response (ground truth "34")."""
+    from advbudget.adapters.openrlhf.rewards import reward_func
+    from advbudget.adapters.trl.rewards import dapo_accuracy, math_verify_accuracy
     from advbudget.adapters.verl.rewards import compute_score
     from advbudget.rewards import dapo_reward, math_verify_reward
-    from advbudget.rewards.openrlhf import reward_func
-    from advbudget.rewards.trl import dapo_accuracy, math_verify_accuracy
 
     def openrlhf(method: str) -> Callable[[str], Any]:
         def call(response: str) -> Any:

@@ -76,8 +76,8 @@ MAX_RESPONSE=${MAX_RESPONSE:-8192}
 TOTAL_STEPS=${TOTAL_STEPS:-500}
 RAY_ADDRESS=${RAY_ADDRESS:-http://127.0.0.1:8265}
 HOOK=advbudget.adapters.openrlhf.install
-REWARD_FILE=$("$PYTHON" -c 'import advbudget.rewards.openrlhf as m; print(m.__file__)' 2>/dev/null ||
-  echo "$(cd "$(dirname "$0")/.." && pwd)/advbudget/rewards/openrlhf.py")
+REWARD_FILE=$("$PYTHON" -c 'import advbudget.adapters.openrlhf.rewards as m; print(m.__file__)' 2>/dev/null ||
+  echo "$(cd "$(dirname "$0")/.." && pwd)/advbudget/adapters/openrlhf/rewards.py")
 
 # The paper's models, and what it reports for each.
 case "$MODEL" in

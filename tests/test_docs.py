@@ -34,7 +34,7 @@ API_PAGES = {
     "advbudget.rewards": "rewards",
     "advbudget.adapters.verl.rewards": "rewards",
     "advbudget.adapters.trl.rewards": "rewards",
-    "advbudget.rewards.openrlhf": "rewards",
+    "advbudget.adapters.openrlhf.rewards": "rewards",
     "advbudget.eval": "eval",
     "advbudget.tiny": "tiny",
 }

@@ -271,7 +271,8 @@ def test_each_trainer_suite_requires_what_its_environment_is_built_with(
 ) -> None:
     """A skip for want of the trainer (or the example plugin every trainer environment
     installs) fails in make's runs: advbudget/testing/_required.py reads ADVBUDGET_REQUIRE;
-    the shared adapter suite runs there for that framework (ADVBUDGET_FRAMEWORK)."""
+    the shared adapter suite (tests/adapters/contract) runs there for that framework
+    (ADVBUDGET_FRAMEWORK)."""
     runs = [line for line in _recipe(target) if "-m pytest" in line and "--upstream" not in line]
     assert runs
     for run in runs:
@@ -279,3 +280,4 @@ def test_each_trainer_suite_requires_what_its_environment_is_built_with(
         assert required, run
         assert {framework, "advbudget_example_plugin"} <= set(required.group(1).split(","))
         assert f"ADVBUDGET_FRAMEWORK={framework} " in run, run
+        assert " tests/adapters/contract " in run, run

@@ -42,6 +42,7 @@ from advbudget.rewards import trl as trl_rewards
 from advbudget.rewards import verl as verl_rewards
 
 REWARDS_DIR = Path(rewards_package.__file__).parent
+OPENRLHF_REWARD_FILE = REWARDS_DIR.parent / "adapters" / "openrlhf" / "rewards.py"
 AIME_PARQUET = Path(__file__).parents[2] / "shared" / "data" / "dapo-aime-2024.parquet"
 
 # Reasoning before the answer, with no number in it: math-verify falls back to the last
@@ -855,7 +856,7 @@ def test_trl_overlong_penalty_reward() -> None:
 
 def load_openrlhf_file() -> ModuleType:
     """Load the file as OpenRLHF does for --reward.remote_url."""
-    spec = importlib.util.spec_from_file_location("reward_func", REWARDS_DIR / "openrlhf.py")
+    spec = importlib.util.spec_from_file_location("reward_func", OPENRLHF_REWARD_FILE)
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -864,6 +865,20 @@ def load_openrlhf_file() -> ModuleType:
 
 
 PROMPT = "<|im_start|>user\nWhat is 12 + 22?<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_openrlhf_earlier_reward_file_loads_by_path() -> None:
+    """``--reward.remote_url .../advbudget/rewards/openrlhf.py`` in earlier commands: loaded
+    by path, it grades as the file it points to now."""
+    spec = importlib.util.spec_from_file_location("reward_func", REWARDS_DIR / "openrlhf.py")
+    assert spec is not None
+    assert spec.loader is not None
+    earlier = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(earlier)
+    queries = [PROMPT + "Answer: 34", PROMPT + "Answer: 35"]
+    expected = load_openrlhf_file().reward_func(queries, [PROMPT] * 2, ["34", "34"])
+    out = earlier.reward_func(queries, [PROMPT] * 2, ["34", "34"])
+    assert out["rewards"].tolist() == expected["rewards"].tolist() == [1.0, -1.0]
 
 
 def test_openrlhf_reward_func(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -1002,7 +1017,7 @@ def test_imports_no_framework() -> None:
     code = f"""
 import importlib.util, sys
 import advbudget.rewards, advbudget.rewards.verl, advbudget.rewards.trl
-spec = importlib.util.spec_from_file_location("reward_func", {str(REWARDS_DIR / "openrlhf.py")!r})
+spec = importlib.util.spec_from_file_location("reward_func", {str(OPENRLHF_REWARD_FILE)!r})
 spec.loader.exec_module(importlib.util.module_from_spec(spec))
 heavy = ["torch", "transformers", "math_verify", "sympy", "trl", "verl", "openrlhf", "jax", "vllm"]
 print(sorted(name for name in heavy if name in sys.modules))
@@ -1040,14 +1055,14 @@ _TRAILER_PIECES = [
 
 @given(st.lists(st.sampled_from(_TRAILER_PIECES), max_size=12))
 def test_trailing_special_tokens_are_cut_as_the_old_regex_cut_them(pieces):
-    from advbudget.rewards.openrlhf import _strip_trailing_special_tokens
+    from advbudget.adapters.openrlhf.rewards import _strip_trailing_special_tokens
 
     text = "".join(pieces)
     assert _strip_trailing_special_tokens(text) == _OLD_TRAILING_SPECIAL_TOKENS.sub("", text)
 
 
 def test_trailing_special_tokens_on_long_degenerate_tails():
-    from advbudget.rewards.openrlhf import _strip_trailing_special_tokens as strip
+    from advbudget.adapters.openrlhf.rewards import _strip_trailing_special_tokens as strip
 
     assert strip("Answer: 34" + "\n" * 200_000) == "Answer: 34" + "\n" * 200_000  # no token
     assert strip("Answer: 34" + "<|im_end|>\n" * 50_000) == "Answer: 34"

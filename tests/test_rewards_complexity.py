@@ -16,10 +16,10 @@ from collections.abc import Callable
 
 import pytest
 
+from advbudget.adapters.openrlhf.rewards import _strip_trailing_special_tokens
+from advbudget.adapters.trl.rewards import dapo_accuracy
+from advbudget.adapters.verl.rewards import compute_score
 from advbudget.rewards import dapo_reward, math_verify_reward
-from advbudget.rewards.openrlhf import _strip_trailing_special_tokens
-from advbudget.rewards.trl import dapo_accuracy
-from advbudget.rewards.verl import compute_score
 
 SIZES = (16_000, 64_000, 256_000)
 MAX_EXPONENT = 1.5
@@ -84,7 +84,7 @@ def test_reward_time_grows_at_most_linearly(path, kind, caplog):
 
 def test_openrlhf_reward_func_time_grows_at_most_linearly():
     pytest.importorskip("torch")
-    from advbudget.rewards.openrlhf import reward_func
+    from advbudget.adapters.openrlhf.rewards import reward_func
 
     def call(response: str) -> object:
         return reward_func(["Q: " + response], ["Q: "], ["34"])

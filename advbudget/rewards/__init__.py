@@ -5,9 +5,11 @@ characters, normalised, exact string match; what DAPO trained with) and math-ver
 (:func:`math_verify_reward`: SymPy equality, lenient on format). Plus DAPO's overlong
 penalty (:func:`overlong_penalty`). The framework wrappers are thin modules of their own:
 
-- ``advbudget.rewards.verl``: ``compute_score`` for ``custom_reward_function``;
-- ``advbudget.rewards.trl``: reward functions for ``GRPOTrainer(reward_funcs=...)``;
-- ``advbudget.rewards.openrlhf``: a file for ``--reward.remote_url``.
+- ``advbudget.adapters.verl.rewards``: ``compute_score`` for ``custom_reward_function``;
+- ``advbudget.adapters.trl.rewards``: reward functions for ``GRPOTrainer(reward_funcs=...)``;
+- ``advbudget/adapters/openrlhf/rewards.py``: a file for ``--reward.remote_url``.
+
+(``advbudget.rewards.<framework>``, their earlier paths, still work.)
 
 ``import advbudget.rewards`` imports no ML framework, and math-verify only when first used.
 

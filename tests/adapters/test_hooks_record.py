@@ -67,3 +67,21 @@ def test_private_names_outside_hooks_are_found(tmp_path: Path) -> None:
     clean.write_text("x = encoder.cache  # _cache only in a comment\nmy_cache = 1\n")
     leak.write_text("a = 1\nvalue = encoder._cache[0]\n")
     assert private_names_outside(hooks, [clean, leak]) == [f"{leak}:2: _cache"]
+
+
+def test_rays_tracing_keyword_is_not_the_frameworks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray sets ``__signature__`` with ``_ray_trace_ctx`` on the methods of a class it makes
+    an actor: the recorded signature still matches; any other change still fails."""
+    import textwrap
+
+    traced = inspect.signature(textwrap.dedent)
+    traced = traced.replace(
+        parameters=[
+            *traced.parameters.values(),
+            inspect.Parameter("_ray_trace_ctx", inspect.Parameter.KEYWORD_ONLY, default=None),
+        ]
+    )
+    monkeypatch.setattr(textwrap.dedent, "__signature__", traced, raising=False)
+    assert hook_problems([Hook("textwrap", "dedent", "(text)", "x", "call")]) == []
+    problems = hook_problems([Hook("textwrap", "dedent", "(text, width)", "x", "call")])
+    assert problems == ["textwrap:dedent: signature changed: recorded (text, width), found (text)"]

@@ -39,15 +39,17 @@ import os
 import runpy
 import sys
 from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import Any
 
 from advbudget.core import estimator_specs, get_spec
 
-from .._options import parse_max_generation_batches, parse_skipped_groups
-from ._advantages import OPENRLHF, estimator_names, is_ours, needs_groups, parse_solved_reward
+from .._options import DEFAULT_MAX_GENERATION_BATCHES, AdapterOptions
+from ._advantages import estimator_names, is_ours, needs_groups
+from ._convention import OPENRLHF
 from ._hooks import HOOK, install, openrlhf_parser
+from ._options import key_of, read_options
 from ._parse_only import ParsedOnly, run_main_block
-from ._resample import DEFAULT_MAX_GENERATION_BATCHES
 from ._version import check_openrlhf_version
 
 ESTIMATOR_FLAG = "--algo.advantage.estimator"
@@ -62,23 +64,33 @@ _OWN_FLAGS = (
     "skipped_groups",
     "max_generation_batches",
 )
-SKIPPED_FLAG = "--advbudget.skipped_groups"
-ROUNDS_FLAG = "--advbudget.max_generation_batches"
+SKIPPED_FLAG = key_of("skipped_groups")
+ROUNDS_FLAG = key_of("max_generation_batches")
 
 
 def validate(flat: argparse.Namespace) -> None:
     """Our own preconditions on OpenRLHF's flat (dotted) namespace; raises ``SystemExit``.
 
     ``--advbudget.solved_reward`` is stored back as a float, or ``"none"`` when off."""
-    given = getattr(flat, "advbudget.solved_reward", None)
-    if given is not None:
-        try:
-            value = parse_solved_reward(given)
-        except ValueError as error:
-            raise SystemExit(f"advbudget: {error}") from None
+    every = getattr(flat, "advbudget.kappa_every", DEFAULT_KAPPA_EVERY)
+    if every is not None and every < 0:
+        raise SystemExit(f"advbudget: --advbudget.kappa_every must be >= 0, got {every}")
+    # Our flags as the trainer will read them (args.advbudget.<name>): checked here, once,
+    # before Ray starts.
+    ours = {
+        key.partition(".")[2]: value
+        for key, value in vars(flat).items()
+        if key.startswith("advbudget.")
+    }
+    try:
+        options = read_options(SimpleNamespace(advbudget=SimpleNamespace(**ours)))
+    except ValueError as error:
+        raise SystemExit(f"advbudget: {error}") from None
+    if ours.get("solved_reward") is not None:
+        value = options.solved_reward
         setattr(flat, "advbudget.solved_reward", "none" if value is None else value)
     estimator = getattr(flat, "algo.advantage.estimator", None)
-    _validate_skipped_groups(flat, estimator is not None and is_ours(estimator))
+    _validate_skipped_groups(flat, options, estimator is not None and is_ours(estimator))
     if estimator is None or not is_ours(estimator):
         return
     n = getattr(flat, "rollout.n_samples_per_prompt", 1)
@@ -98,29 +110,19 @@ def validate(flat: argparse.Namespace) -> None:
     except ValueError as error:
         raise SystemExit(f"advbudget: --algo.advantage.{error}") from None
     given = {o.name: getattr(flat, f"advbudget.{o.name}", None) for o in spec.options}
-    try:
+    try:  # the estimator's checks across its options
         spec.resolve_options({k: v for k, v in given.items() if v is not None})
     except (TypeError, ValueError) as error:
         raise SystemExit(f"advbudget: --advbudget.{error}") from None
-    every = getattr(flat, "advbudget.kappa_every", DEFAULT_KAPPA_EVERY)
-    if every < 0:
-        raise SystemExit(f"advbudget: --advbudget.kappa_every must be >= 0, got {every}")
 
 
-def _validate_skipped_groups(flat: argparse.Namespace, ours: bool) -> None:
+def _validate_skipped_groups(flat: argparse.Namespace, options: AdapterOptions, ours: bool) -> None:
     """``--advbudget.skipped_groups`` / ``--advbudget.max_generation_batches``, stored back
     parsed (``keep`` and :data:`DEFAULT_MAX_GENERATION_BATCHES` when not given).
     ``resample`` turns on OpenRLHF's dynamic filtering, whose decision our patch takes from
     the estimator's skip rule (:mod:`._resample`)."""
-    mode_given = getattr(flat, "advbudget.skipped_groups", None)
+    mode, rounds = options.skipped_groups, options.max_generation_batches
     rounds_given = getattr(flat, "advbudget.max_generation_batches", None)
-    try:
-        mode = "keep" if mode_given is None else parse_skipped_groups(mode_given, SKIPPED_FLAG)
-        rounds = DEFAULT_MAX_GENERATION_BATCHES
-        if rounds_given is not None:
-            rounds = parse_max_generation_batches(rounds_given, ROUNDS_FLAG)
-    except ValueError as error:
-        raise SystemExit(f"advbudget: {error}") from None
     if mode != "keep" and not ours:
         raise SystemExit(
             f"advbudget: {SKIPPED_FLAG} {mode} needs one of our estimators "

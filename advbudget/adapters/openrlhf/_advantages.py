@@ -29,49 +29,44 @@ One sample per prompt (``--rollout.n_samples_per_prompt 1``) is refused (ValueEr
 every estimator but ``advbudget_reinforce``, OpenRLHF's ``reinforce`` being the only one of
 its own that ``train_ppo_ray`` runs with one sample (:func:`needs_groups`).
 
-ADDED: ``info["advbudget/..."]``, the advantage metrics of the verl adapter as per-sample
-lists whose sample means OpenRLHF logs (:func:`sample_metrics`; the solved/unsolved split
-at ``--advbudget.solved_reward``, default 1.0, ``none`` turns it off); and, when
+ADDED, from the step's one result and the run's options (read once, :mod:`._options`):
+``info["advbudget/..."]``, the advantage metrics as per-sample lists whose sample means
+OpenRLHF logs (:func:`~advbudget.adapters._features.per_sample_metrics`; the solved/unsolved
+split at ``--advbudget.solved_reward``, default 1.0, ``none`` turns it off); and, when
 ``--advbudget.kappa_every`` is set, each group's o+ / o- kept on the maker for the κ_eff
 pass after the update (:mod:`._kappa`); with ``--advbudget.skipped_groups drop``, the
 skipped rows' action mask zeroed (:func:`_drop_skipped_rows`); the run's prompt ledger
-updated and logged (:func:`ledger_metrics`).
+updated and logged (:func:`_ledger_metrics`).
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import itertools
 import logging
-import math
 from typing import Any
 
 from advbudget.core import KappaPairs as CorePairs
-from advbudget.core import (
-    compute_advantages,
-    get_convention,
-    get_spec,
-    kappa_pairs,
-    make_groups,
-    whiten_tokens,
-)
-from advbudget.metrics import (
-    DEFAULT_SOLVED_REWARD,
-    PromptLedger,
-    advantage_metrics,
-    group_outcomes,
-)
+from advbudget.core import compute_advantages, get_spec, make_groups, whiten_tokens
+from advbudget.metrics import PromptLedger
 
-from .._options import parse_skipped_groups
-from .._options import parse_solved_reward as parse_option
+from .._features import (
+    Step,
+    dropped_rows,
+    group_prompts,
+    kappa_rows,
+    per_sample_metrics,
+    update_ledger,
+)
+from .._options import CORE_OPTIONS, AdapterOptions
+from ._convention import OPENRLHF
 from ._hooks import ray_ships_views_compactly
+from ._options import key_of, options_of, read_options
 from ._returns import cumulative_returns
 
 _logger = logging.getLogger("advbudget.adapters.openrlhf")
-OPENRLHF = get_convention("openrlhf")
 METRIC_PREFIX = OPENRLHF.metric_prefix
-SOLVED_REWARD_FLAG = "--advbudget.solved_reward"
-SKIPPED_GROUPS_FLAG = "--advbudget.skipped_groups"
 
 
 def estimator_names() -> list[str]:
@@ -85,47 +80,23 @@ def is_ours(name: str) -> bool:
     return name in OPENRLHF.names()
 
 
-def option_value(args: Any, key: str) -> Any:
-    """``--advbudget.<key>`` from OpenRLHF's hierarchised args (None when not given)."""
-    return getattr(getattr(args, "advbudget", None), key, None)
-
-
-def parse_solved_reward(value: Any) -> float | None:
-    """``--advbudget.solved_reward`` as a float, or None for ``none`` / ``null`` / ``off``
-    (the split off); anything else raises a one-line ValueError naming the flag.
-
-    Examples:
-        >>> parse_solved_reward("0.5"), parse_solved_reward("none"), parse_solved_reward(2)
-        (0.5, None, 2.0)
-    """
-    return parse_option(value, SOLVED_REWARD_FLAG, off="none")
-
-
-def solved_reward(args: Any) -> float | None:
-    """``--advbudget.solved_reward`` from OpenRLHF's args: 1.0 when not given (also
-    without our entry point), None when turned off."""
-    value = option_value(args, "solved_reward")
-    return DEFAULT_SOLVED_REWARD if value is None else parse_solved_reward(value)
-
-
-def skipped_groups(args: Any) -> str:
-    """``--advbudget.skipped_groups``: ``keep`` when not given (also without our entry
-    point), else ``keep``, ``drop`` or ``resample``."""
-    value = option_value(args, "skipped_groups")
-    return "keep" if value is None else parse_skipped_groups(value, SKIPPED_GROUPS_FLAG)
-
-
 def core_estimator(name: str, args: Any = None) -> tuple[str, dict[str, Any]]:
     """The core estimator and its :func:`compute_advantages` keywords for our OpenRLHF
     estimator ``name``: OpenRLHF's conventions for the estimators it has (eps 1e-9 and
     unbiased std for group_norm, exact ties), the core's for the others, then the
     ``--advbudget.<option>`` flags given (``--advbudget.budget 0.5``)."""
+    return estimator_settings(name, read_options(args), args)
+
+
+def estimator_settings(name: str, options: AdapterOptions, args: Any) -> tuple[str, dict[str, Any]]:
+    """:func:`core_estimator` from the run's ``options`` already read (``args``: OpenRLHF's
+    own, for ``--algo.advantage.no_std_norm``)."""
     core = OPENRLHF.core_name(name)
     OPENRLHF.check_rewards(core, name)
     spec = get_spec(core)
-    keys = (*(o.name for o in spec.options), "tie_rtol", "tie_atol", "nan_policy")
-    given = {key: option_value(args, key) for key in keys}
-    overrides = {k: v for k, v in given.items() if v is not None}
+    keys = (*(o.name for o in spec.options), *CORE_OPTIONS)
+    given = options.estimator_options
+    overrides = {key: given[key] for key in keys if key in given}
     advantage = getattr(getattr(args, "algo", None), "advantage", None)
     if spec.option("std_norm") is not None and getattr(advantage, "no_std_norm", False):
         overrides.setdefault("std_norm", False)  # OpenRLHF's --algo.advantage.no_std_norm
@@ -163,9 +134,8 @@ def compute_advantages_and_returns(
 
     args = maker.strategy.args
     name = estimator or args.algo.advantage.estimator
-    core, options = core_estimator(name, args)
-    bar = solved_reward(args)  # a bad value fails before any work
-    drop = skipped_groups(args) == "drop"
+    run = options_of(maker, args)  # a bad value fails before any work
+    core, options = estimator_settings(name, run, args)
     n = int(args.rollout.n_samples_per_prompt)
     if n < 1 or (n < 2 and needs_groups(name)):
         raise ValueError(f"{name} requires --rollout.n_samples_per_prompt > 1, got {n}")
@@ -193,6 +163,7 @@ def compute_advantages_and_returns(
     groups = make_groups(rewards, group_size=n, positions=slots)
     inputs = _inputs(name, core, experiences, rewards)
     result = compute_advantages(rewards, core, groups=groups, **options, **inputs)
+    step = Step(result, run, METRIC_PREFIX)  # the step's one result: every feature reads it
 
     # OpenRLHF whitens the per-token returns of its reinforce and reinforce_baseline over
     # every action token of the step, after the KL term: their mirrors do too, and their
@@ -234,8 +205,8 @@ def compute_advantages_and_returns(
     if n > 1:  # as OpenRLHF: no group std of one sample
         std = groups.rows(rewards).std(-1, keepdim=True)
         info["group_reward_std"] = groups.flat(std.expand(-1, n))
-    metrics = sample_metrics(result, solved_reward=bar)
-    metrics.update(ledger_metrics(maker, experiences, result, bar))
+    metrics = per_sample_metrics(step)
+    metrics.update(_ledger_metrics(maker, experiences, step))
     starts = list(itertools.accumulate([0, *sizes[:-1]]))  # each experience's first sample
 
     # Each experience gets views of batch tensors when Ray ships a view's own elements,
@@ -261,14 +232,14 @@ def compute_advantages_and_returns(
         end = start + len(experience.index)
         experience.info.update((key, values[start:end]) for key, values in metrics.items())
         experience.kl = None
-    if drop:
-        _drop_skipped_rows(maker, experiences, result.valid, layout, mask)
-    _remember_for_kappa(maker, experiences, result)
+    if run.skipped_groups == "drop":
+        _drop_skipped_rows(maker, experiences, dropped_rows(step), layout, mask)
+    _remember_for_kappa(maker, experiences, step)
     return experiences
 
 
 def _drop_skipped_rows(
-    maker: Any, experiences: list[Any], valid: Any, layout: _Layout, mask: Any
+    maker: Any, experiences: list[Any], rows: list[int], layout: _Layout, mask: Any
 ) -> None:
     """``--advbudget.skipped_groups drop``: zero the action mask of every skipped row.
 
@@ -288,21 +259,18 @@ def _drop_skipped_rows(
             "action_mask: out of the policy, KL and entropy losses and their normalisers "
             "(token-mean: kept tokens; seq-mean-token-mean and gspo: kept sequences); "
             "OpenRLHF has no constant normaliser",
-            SKIPPED_GROUPS_FLAG,
+            key_of("skipped_groups"),
         )
-    import torch
-
-    # One product over the stacked masks (``mask``), then each experience with a skipped
+    if not rows:
+        return
+    # One product over the stacked masks (``mask``), then each experience with a dropped
     # row gets its rows of it, as a tensor of its own (a slice would carry the batch).
-    zeroed = mask * valid[:, None].to(mask.dtype)
-    skipped = torch.cumsum((~valid).to(torch.int64), 0)
+    zeroed = mask.clone()
+    zeroed[rows] = 0
     ends = list(itertools.accumulate(layout.sizes))
-    totals = skipped[torch.tensor(ends) - 1]
-    counts = torch.diff(totals, prepend=totals.new_zeros(1)).tolist()
-    parts = zip(experiences, ends, layout.sizes, layout.widths, counts, strict=True)
-    for experience, end, size, width, count in parts:
-        if count:
-            experience.action_mask = zeroed[end - size : end, :width].clone()
+    for j in sorted({bisect.bisect_right(ends, row) for row in rows}):
+        end, size = ends[j], layout.sizes[j]
+        experiences[j].action_mask = zeroed[end - size : end, : layout.widths[j]].clone()
 
 
 def _whitened(returns: Any, mask: Any, result: Any) -> Any:
@@ -352,62 +320,6 @@ def _inputs(name: str, core: str, experiences: list[Any], rewards: Any) -> dict[
     return out
 
 
-def sample_metrics(
-    result: Any, *, solved_reward: float | None = DEFAULT_SOLVED_REWARD
-) -> dict[str, list[float]]:
-    """:func:`advbudget.metrics.advantage_metrics` as per-sample lists in the result's
-    (experience) order, keyed ``advbudget/...`` as in the verl adapter.
-
-    OpenRLHF logs the sample mean of each ``info`` entry, so the fractions and the mean
-    advantage are per-sample values whose mean is the batch's; the advantage gap (a mean
-    over kept groups), std, min and max are the batch's value for every sample. Python lists
-    (which OpenRLHF's info accepts) cost no tensor per experience.
-
-    ``unsolved_group_fraction`` / ``solved_group_fraction`` are fractions of the groups
-    with a reward: each sample of such a group carries 1 or 0 (every group has
-    ``n_samples_per_prompt`` samples), each sample of a group with no reward (all NaN,
-    ``nan_policy="omit"``) carries the batch's fraction, so the sample mean is the batch's
-    value. With no reward at all the two keys are left out, as the gap; with
-    ``solved_reward=None`` they are not computed.
-    """
-    import torch
-
-    num = int(result.advantages.shape[0])
-    per_sample = [result.group_skipped[result.group_index]]  # skipped: equal groups
-    batch = advantage_metrics(result, solved_reward=solved_reward)
-    names = ["skipped_group_fraction"]
-    if solved_reward is not None:
-        outcomes = group_outcomes(result, solved_reward)
-        for name, groups in (
-            ("unsolved_group_fraction", outcomes.unsolved),
-            ("solved_group_fraction", outcomes.solved),
-        ):
-            if math.isnan(batch[name]):
-                continue  # no group has a reward: no value (OpenRLHF would log NaN)
-            value = torch.full_like(groups, batch[name], dtype=torch.float64)
-            per_sample.append(
-                torch.where(outcomes.scored, groups.double(), value)[result.group_index]
-            )
-            names.append(name)
-    per_sample += [result.advantages > 0, result.valid, result.advantages]
-    names += ["positive_advantage_fraction", "valid_fraction", "advantage_mean"]
-    stacked = torch.stack([values.double() for values in per_sample])
-    metrics = dict(zip(names, stacked.tolist(), strict=True))
-    batch_wide = (
-        "advantage_gap_mean",
-        "advantage_std",
-        "advantage_min",
-        "advantage_max",
-        "nan_reward_fraction",
-    )
-    for name in batch_wide:
-        # A value the batch does not have (the gap when every group is skipped: NaN) is
-        # left out of every experience of the step: OpenRLHF would log NaN.
-        if not math.isnan(batch[name]):
-            metrics[name] = [batch[name]] * num
-    return {METRIC_PREFIX + name: values for name, values in metrics.items()}
-
-
 LEDGER_ATTR = "_advbudget_prompt_ledger"
 
 
@@ -421,30 +333,17 @@ def prompt_ledger(maker: Any) -> PromptLedger:
     return ledger
 
 
-def ledger_metrics(
-    maker: Any, experiences: list[Any], result: Any, solved_reward: float | None
-) -> dict[str, list[float]]:
-    """Record the batch in the run's prompt ledger, keyed by a hash of each group's prompt
-    text (``experience.prompts``, the text sent to vLLM: the same every epoch) with
-    :func:`~advbudget.metrics.prompt_key`; return its metrics as per-sample lists (every
-    sample the run's value; NaN values left out, as the gap). Nothing when the
+def _ledger_metrics(maker: Any, experiences: list[Any], step: Step) -> dict[str, list[float]]:
+    """Record the batch in the run's prompt ledger, keyed by each group's prompt text
+    (``experience.prompts``, the text sent to vLLM: the same every epoch); return its
+    metrics as per-sample lists (every sample the run's value). Nothing when the
     solved/unsolved split is off or the experiences carry no prompt text."""
-    if solved_reward is None:
-        return {}
     texts = list(itertools.chain.from_iterable(e.prompts or [] for e in experiences))
-    num = int(result.advantages.shape[0])
-    if len(texts) != num:
+    num = int(step.result.advantages.shape[0])
+    if not step.options.prompt_ledger or len(texts) != num:
         return {}
-    prompts: list[Any] = [None] * result.num_groups
-    for text, group in zip(texts, result.group_index.tolist(), strict=True):
-        prompts[group] = text
-    ledger = prompt_ledger(maker)
-    ledger.update(prompts, group_outcomes(result, solved_reward))
-    return {
-        METRIC_PREFIX + name: [value] * num
-        for name, value in ledger.metrics().items()
-        if not math.isnan(value)
-    }
+    metrics = update_ledger(prompt_ledger(maker), step, group_prompts(step, texts))
+    return {name: [value] * num for name, value in metrics.items()}
 
 
 class _Layout:
@@ -486,16 +385,11 @@ class _Layout:
         ]
 
 
-def kappa_every(args: Any) -> int:
-    """``--advbudget.kappa_every`` (0, the default without our entry point: never)."""
-    return int(getattr(getattr(args, "advbudget", None), "kappa_every", 0) or 0)
-
-
-def _remember_for_kappa(maker: Any, experiences: list[Any], result: Any) -> None:
-    """Keep each group's o+ and o- (:func:`advbudget.metrics.kappa_pairs` of ``result``,
+def _remember_for_kappa(maker: Any, experiences: list[Any], step: Step) -> None:
+    """Keep each group's o+ and o- (:func:`~advbudget.adapters._features.kappa_rows`,
     positions in the concatenated experiences) for the κ_eff pass after the update;
     nothing is kept when κ_eff is off."""
-    if not kappa_every(maker.strategy.args):
+    if not step.options.kappa_every:
         return
     stale = getattr(maker, "_advbudget_kappa_pairs", None) is not None
     if stale and not getattr(maker, "_advbudget_kappa_warned", False):
@@ -505,7 +399,7 @@ def _remember_for_kappa(maker: Any, experiences: list[Any], result: Any) -> None
             "advbudget: κ_eff is not running: the previous step's pairs were never used (the "
             "trainer's ppo_train is not advbudget's; see advbudget.adapters.openrlhf._hooks)"
         )
-    maker._advbudget_kappa_pairs = KappaPairs(experiences=experiences, pairs=kappa_pairs(result))
+    maker._advbudget_kappa_pairs = KappaPairs(experiences=experiences, pairs=kappa_rows(step))
 
 
 @dataclasses.dataclass

@@ -452,7 +452,8 @@ def _wrap_init(original: Any) -> Any:
 
 
 def _wrap_generate_vllm(original: Any) -> Any:
-    from ._advantages import is_ours, skipped_groups
+    from ._advantages import is_ours
+    from ._options import options_of
     from ._resample import generate
 
     @functools.wraps(original)
@@ -463,7 +464,7 @@ def _wrap_generate_vllm(original: Any) -> Any:
         if (
             dynamic_filtering
             and is_ours(args.algo.advantage.estimator)
-            and skipped_groups(args) == "resample"
+            and options_of(self, args).skipped_groups == "resample"
         ):
             return generate(self, dataloader_iter, num_prompts, **kwargs)
         return original(self, dataloader_iter, num_prompts, dynamic_filtering, **kwargs)

@@ -21,8 +21,10 @@ from typing import Any
 from advbudget.core import kappa_eff_of_pairs, sequence_logprobs
 from advbudget.metrics import kappa_metric_dict
 
+from .._features import kappa_due
 from ._advantages import KappaPairs
 from ._hooks import actor_log_probs
+from ._options import options_of
 
 _logger = logging.getLogger("advbudget.adapters.openrlhf")
 
@@ -102,13 +104,11 @@ def after_update(trainer: Any, global_steps: int) -> dict[str, float]:
     and a resumed run (its count restored from the checkpoint) keeps the schedule.
     A due pass that cannot run says why in one warning; the step goes on.
     """
-    from ._advantages import kappa_every
-
-    pairs = getattr(trainer.experience_maker, "_advbudget_kappa_pairs", None)
-    trainer.experience_maker._advbudget_kappa_pairs = None  # never hold a step's batch longer
-    every = kappa_every(trainer.args)
+    maker = trainer.experience_maker
+    pairs = getattr(maker, "_advbudget_kappa_pairs", None)
+    maker._advbudget_kappa_pairs = None  # never hold a step's batch longer
     step = global_steps + 1
-    if not every or step % every:
+    if not kappa_due(options_of(maker, trainer.args), step):
         return {}
     if pairs is None:
         _logger.warning(

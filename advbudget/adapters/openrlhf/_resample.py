@@ -32,29 +32,22 @@ from typing import Any
 
 from advbudget.core import compute_advantages, make_groups
 
-from .._options import parse_max_generation_batches
-from ._advantages import _inputs, core_estimator
+from .._features import may_resample
+from .._options import AdapterOptions
+from ._advantages import _inputs, estimator_settings
 from ._hooks import collect_prompts, dispatch_prompts, response_experience
+from ._options import key_of, options_of, read_options
 
 _logger = logging.getLogger("advbudget.adapters.openrlhf")
-ROUNDS_FLAG = "--advbudget.max_generation_batches"
-DEFAULT_MAX_GENERATION_BATCHES = 10
 ROUNDS_METRIC = "advbudget/generation_batches"
 _ROUNDS_ATTR = "_advbudget_generation_batches"
 
 
-def max_generation_batches(args: Any) -> int:
-    """``--advbudget.max_generation_batches`` (default :data:`DEFAULT_MAX_GENERATION_BATCHES`)."""
-    value = getattr(getattr(args, "advbudget", None), "max_generation_batches", None)
-    if value is None:
-        return DEFAULT_MAX_GENERATION_BATCHES
-    return parse_max_generation_batches(value, ROUNDS_FLAG)
-
-
-def group_kept(experiences: list[Any], args: Any) -> bool:
+def group_kept(experiences: list[Any], args: Any, options: AdapterOptions | None = None) -> bool:
     """Whether the estimator keeps one prompt's group: ``experiences`` are its samples
-    (OpenRLHF's one-row ``Experience`` objects from the rollout). A group with a sample
-    without reward is kept (nothing to decide on)."""
+    (OpenRLHF's one-row ``Experience`` objects from the rollout), ``options`` the run's
+    (read from ``args`` when not given). A group with a sample without reward is kept
+    (nothing to decide on)."""
     import torch
 
     if not experiences or any(e.rewards is None for e in experiences):
@@ -62,10 +55,11 @@ def group_kept(experiences: list[Any], args: Any) -> bool:
     rewards = torch.cat([e.rewards.reshape(-1) for e in experiences])
     rewards = rewards.to(torch.promote_types(rewards.dtype, torch.float32))
     name = args.algo.advantage.estimator
-    core, options = core_estimator(name, args)
+    run = read_options(args) if options is None else options
+    core, settings = estimator_settings(name, run, args)
     groups = make_groups(rewards, group_size=len(rewards))
     inputs = _inputs(name, core, experiences, rewards)
-    result = compute_advantages(rewards, core, groups=groups, **options, **inputs)
+    result = compute_advantages(rewards, core, groups=groups, **settings, **inputs)
     return not bool(result.group_skipped[0])
 
 
@@ -77,7 +71,7 @@ def generate(
     import ray
 
     args = generator.args
-    limit = max_generation_batches(args)
+    options = options_of(generator, args)
     prompts, labels, images, exhausted = collect_prompts(dataloader_iter, num_prompts)
     setattr(generator, _ROUNDS_ATTR, None)
     if not prompts:
@@ -94,10 +88,15 @@ def generate(
                 response_experience(generator, response, **generate_kwargs)
                 for response in ray.get(ref)
             ]
-            if group_kept(group, args):
+            if group_kept(group, args, options):
                 kept.extend(group)
                 kept_groups += 1
-            elif sent < limit * target and not exhausted:
+            # A dropped prompt is replaced at once (OpenRLHF's streaming refill): the groups
+            # still missing are those neither kept nor in flight; whole rounds sent are under
+            # the cap exactly when the prompts sent are under cap * the step's prompts.
+            elif not exhausted and may_resample(
+                options, sent // target, target - kept_groups - len(pending)
+            ):
                 more, more_labels, more_images, exhausted = collect_prompts(dataloader_iter, 1)
                 sent += len(more)
                 if more:
@@ -109,7 +108,12 @@ def generate(
     rounds = sent / target
     setattr(generator, _ROUNDS_ATTR, rounds)
     if kept_groups < target:
-        why = "the dataloader ran out" if exhausted else f"{ROUNDS_FLAG} {limit} reached"
+        limit = options.max_generation_batches
+        why = (
+            "the dataloader ran out"
+            if exhausted
+            else f"{key_of('max_generation_batches')} {limit} reached"
+        )
         _logger.warning(
             "advbudget: resample: %d of %d groups kept after %d prompts (%.2f generation "
             "batches; %s): training on %d groups",

@@ -41,9 +41,10 @@ def framework() -> str:
     return FRAMEWORK
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="session", autouse=True)
 def driver(framework: str) -> ModuleType:
-    """``tests/adapters/<framework>/contract.py``."""
+    """``tests/adapters/<framework>/contract.py``, loaded before any test: its import may
+    prepare the environment (OpenRLHF's import stubs on a CPU machine)."""
     path = ADAPTERS / framework / "contract.py"
     spec = importlib.util.spec_from_file_location(f"contract_{framework}", path)
     assert spec is not None, f"{path}: no driver"

@@ -74,8 +74,12 @@ for name, module in list(sys.modules.items()):
     ]
     for owner_name, owner in owners:
         for key, value in list(vars(owner).items()):
-            code = getattr(getattr(value, "__func__", value), "__code__", None)
-            if isinstance(code, types.CodeType) and "/advbudget/" in code.co_filename:
+            # isinstance, not getattr: some values (Ray's client) raise on any attribute
+            if isinstance(value, (classmethod, staticmethod, types.MethodType)):
+                value = value.__func__
+            if not isinstance(value, types.FunctionType):
+                continue
+            if "/advbudget/" in value.__code__.co_filename:
                 foreign.append(f"{owner_name}.{key}")
 print(json.dumps({"roots": roots, "foreign": foreign}))
 """

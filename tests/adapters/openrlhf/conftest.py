@@ -1,5 +1,5 @@
 """Shared pieces of the OpenRLHF adapter tests (their ``Experience`` objects and experience
-maker: :mod:`advbudget.testing.openrlhf`).
+maker: :mod:`advbudget.adapters.openrlhf.testing`).
 
 On a CPU machine ``flash_attn`` and ``vllm`` do not install; OpenRLHF's trainer modules
 import them at module level, so the import stubs in ``stubs/`` go on ``sys.path`` (and on
@@ -9,32 +9,28 @@ PYTHONPATH, for subprocesses and Ray workers) when OpenRLHF is installed without
 from __future__ import annotations
 
 import importlib.util
-import os
-import sys
-import warnings
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from advbudget.testing.openrlhf import experience_maker_module
+from advbudget.adapters.openrlhf.testing import experience_maker_module
 
 collect_ignore = ["stubs", "cpu_loop"]  # cpu_loop: a sitecustomize, never imported here
 
 STUBS = Path(__file__).parent / "stubs"
-if importlib.util.find_spec("openrlhf") is not None:
-    for _name in ("flash_attn", "vllm"):
-        if importlib.util.find_spec(_name) is None:
-            # transformers and peft probe for flash_attn: import them before the stubs.
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                import peft  # noqa: F401
-                import transformers.modeling_utils  # noqa: F401
-            sys.path.insert(0, str(STUBS))
-            os.environ["PYTHONPATH"] = os.pathsep.join(
-                p for p in (str(STUBS), os.environ.get("PYTHONPATH")) if p
-            )
-            break
+
+
+def _use_import_stubs() -> None:
+    spec = importlib.util.spec_from_file_location("openrlhf_import_stubs", STUBS / "use.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.use_import_stubs()
+
+
+_use_import_stubs()
 
 # OpenRLHF, deepspeed and torch.jit warn at import and at first use; Ray leaves an unclosed
 # /dev/null that the garbage collector reports at a random later test (seen once).

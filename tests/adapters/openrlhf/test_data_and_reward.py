@@ -1,6 +1,6 @@
 """Our data and reward files through OpenRLHF's own code: ``advbudget data prepare --format
 openrlhf`` read by ``blending_datasets`` + ``PromptDataset`` (as ``prepare_datasets`` does,
-chat template on), and ``advbudget/rewards/openrlhf.py`` loaded and called by OpenRLHF's
+chat template on), and ``advbudget/adapters/openrlhf/rewards.py`` loaded and called by OpenRLHF's
 ``SingleTurnAgentExecutor`` (``--reward.remote_url <file>.py``). The generation engine is a
 stand-in that answers with a fixed text; the tokenizer is a tiny local one."""
 
@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("openrlhf")
 
-import advbudget.rewards.openrlhf as reward_file
+import advbudget.adapters.openrlhf.rewards as reward_file
 from advbudget.data import load_problems, sample_path, write_openrlhf
 from advbudget.tiny import build_tiny_model
 
@@ -103,3 +103,17 @@ def test_reward_file_through_openrlhf_executor(
     assert float(out["reward"]) == reward
     assert float(out["scores"]) == score
     assert float(out["extra_logs"]["reward_error"]) == 0.0
+
+
+def test_the_earlier_reward_path_keeps_working() -> None:
+    """``advbudget/rewards/openrlhf.py``, in earlier commands: OpenRLHF loads it by path,
+    and imported by name it is the reward module itself."""
+    import importlib
+
+    from openrlhf.utils.agent import SingleTurnAgentExecutor
+
+    earlier = importlib.import_module("advbudget.rewards.openrlhf")
+    assert earlier is reward_file
+    path = Path(reward_file.__file__).parents[2] / "rewards" / "openrlhf.py"
+    executor = SingleTurnAgentExecutor(remote_rm_url=str(path))
+    assert executor.reward_func is not None  # OpenRLHF loaded the earlier file by path

@@ -85,14 +85,14 @@ def test_kappa_every_flag() -> None:
 def test_solved_reward_flag() -> None:
     """``--advbudget.solved_reward``: a number, ``none`` to turn the split off (default 1.0
     in the trainer when not given); anything else is one line naming the flag."""
-    from advbudget.adapters.openrlhf._advantages import solved_reward
+    from advbudget.adapters.openrlhf._options import read_options
 
     flags = ["--algo.advantage.estimator", "reward_budget", "--rollout.n_samples_per_prompt", "8"]
     assert parse(*flags).advbudget.solved_reward is None
-    assert solved_reward(parse(*flags)) == 1.0
+    assert read_options(parse(*flags)).solved_reward == 1.0
     assert parse(*flags, "--advbudget.solved_reward", "0.5").advbudget.solved_reward == 0.5
     off = parse(*flags, "--advbudget.solved_reward", "None")
-    assert solved_reward(off) is None
+    assert read_options(off).solved_reward is None
     for bad in ("high", "nan", "inf"):
         with pytest.raises(SystemExit) as info:
             parse(*flags, "--advbudget.solved_reward", bad)
@@ -315,7 +315,7 @@ def test_printed_data_flags_parse_with_openrlhf(source: str) -> None:
     else:
         files = {"train": "/data/train.jsonl", "val": "/data/val.jsonl"}
         flags = shlex.split(_usage("openrlhf", files))
-    import advbudget.rewards.openrlhf as reward_file
+    import advbudget.adapters.openrlhf.rewards as reward_file
 
     args = parse(
         "--algo.advantage.estimator", "reward_budget", "--rollout.n_samples_per_prompt", "8",

@@ -22,8 +22,8 @@ import torch
 
 import advbudget.adapters.openrlhf as adapter
 from advbudget import compute_advantages
+from advbudget.adapters.openrlhf.testing import make_args, make_maker
 from advbudget.testing import rounding_tolerance
-from advbudget.testing.openrlhf import make_args, make_maker
 
 from .conftest import OPENRLHF_WARNINGS, import_openrlhf
 

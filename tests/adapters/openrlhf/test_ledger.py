@@ -21,7 +21,7 @@ import ray
 import torch
 
 from advbudget.adapters.openrlhf._hooks import LEDGER_STATE
-from advbudget.testing.openrlhf import make_args, make_experiences, make_maker
+from advbudget.adapters.openrlhf.testing import make_args, make_experiences, make_maker
 
 from .conftest import OPENRLHF_WARNINGS
 

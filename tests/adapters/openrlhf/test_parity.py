@@ -20,7 +20,7 @@ from advbudget.adapters.openrlhf._advantages import (
     compute_advantages_and_returns,
     core_estimator,
 )
-from advbudget.testing.openrlhf import make_args, make_experiences, make_maker
+from advbudget.adapters.openrlhf.testing import make_args, make_experiences, make_maker
 
 from .conftest import OPENRLHF_WARNINGS
 

@@ -4,9 +4,13 @@ through ``worker_process_setup_hook``."""
 from __future__ import annotations
 
 import copy
+import importlib
+import inspect
 import os
 import subprocess
 import sys
+import types
+from pathlib import Path
 
 import pytest
 
@@ -14,12 +18,16 @@ pytest.importorskip("openrlhf")
 
 import torch
 
+import advbudget
 import advbudget.adapters.openrlhf as adapter
-from advbudget.testing.openrlhf import make_args, make_experiences, make_maker
+from advbudget.adapters.openrlhf._hooks import PATCHED
+from advbudget.adapters.openrlhf.testing import make_args, make_experiences, make_maker
 
 from .conftest import OPENRLHF_WARNINGS
 
 pytestmark = OPENRLHF_WARNINGS
+
+PACKAGE = Path(advbudget.__file__).resolve().parent
 
 
 @pytest.fixture
@@ -183,3 +191,41 @@ def test_experiences_never_share_batch_storage_unless_ray_ships_views(
             owns = t.untyped_storage().nbytes() == t.numel() * t.element_size()
             assert owns or zero_copy
         assert e.advantages.untyped_storage().data_ptr() != e.returns.untyped_storage().data_ptr()
+
+
+def _ours(value: object) -> bool:
+    code = getattr(getattr(value, "__func__", value), "__code__", None)
+    # a wrapper copies OpenRLHF's __module__ and __name__, not its code
+    return isinstance(code, types.CodeType) and Path(code.co_filename).is_relative_to(PACKAGE)
+
+
+def test_install_patches_exactly_the_recorded_targets() -> None:
+    """Every function or method of an OpenRLHF module or class that is ours once the patch
+    is installed is a record of ``PATCHED``, and none is left after ``uninstall``."""
+    modules = sorted({hook.module for hook in PATCHED})
+
+    def foreign() -> set[str]:
+        found = set()
+        for name, module in list(sys.modules.items()):
+            if not name.startswith("openrlhf.") or module is None:
+                continue
+            owners = [("", module)] + [
+                (f"{key}.", value)
+                for key, value in vars(module).items()
+                if inspect.isclass(value) and value.__module__ == name
+            ]
+            for prefix, owner in owners:
+                found |= {
+                    f"{name}:{prefix}{key}" for key, value in vars(owner).items() if _ours(value)
+                }
+        return found
+
+    adapter.install()
+    try:
+        for name in modules:
+            importlib.import_module(name)
+        patched = foreign()
+    finally:
+        adapter.uninstall()
+    assert patched == {hook.name for hook in PATCHED}
+    assert foreign() == set()

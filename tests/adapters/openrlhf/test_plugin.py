@@ -18,7 +18,7 @@ import torch  # noqa: E402
 
 import advbudget.adapters.openrlhf as adapter  # noqa: E402
 from advbudget.adapters.openrlhf.__main__ import main  # noqa: E402
-from advbudget.testing.openrlhf import make_args, make_experiences, make_maker  # noqa: E402
+from advbudget.adapters.openrlhf.testing import make_args, make_experiences, make_maker  # noqa: E402
 
 from .conftest import OPENRLHF_WARNINGS  # noqa: E402
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
-from advbudget.rewards.openrlhf import reward_func as graded
+from advbudget.adapters.openrlhf.rewards import reward_func as graded
 
 
 def reward_func(queries: list[str], prompts: list[str], labels: list[str], **kwargs: Any) -> Any:
