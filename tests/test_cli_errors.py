@@ -119,7 +119,7 @@ def test_data_prepare_full_disk_leaves_nothing(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("existing", [False, True])
 def test_data_prepare_ctrl_c_leaves_nothing(tmp_path, monkeypatch, existing):
-    from advbudget.data import _writers
+    from advbudget.adapters._files import adapter_module
 
     out = tmp_path / "out"
     if existing:  # an earlier run's files are kept as they were
@@ -130,7 +130,7 @@ def test_data_prepare_ctrl_c_leaves_nothing(tmp_path, monkeypatch, existing):
         raise KeyboardInterrupt
 
     # verl and trl are written first; openrlhf is interrupted.
-    monkeypatch.setitem(_writers.WRITERS, "openrlhf", interrupted)
+    monkeypatch.setattr(adapter_module("openrlhf", "data"), "write_openrlhf", interrupted)
     result = invoke("data", "prepare", "--sample", "-o", str(out))
     one_error_line(result, 130, "interrupted")
     if existing:

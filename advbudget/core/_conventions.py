@@ -15,14 +15,11 @@ Adapters contain no constants of their own: they call :meth:`Convention.settings
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
+from ..adapters._files import adapter_module
 from ._compute import DEFAULT_TIE_ATOL, DEFAULT_TIE_RTOL
 from ._stats import Singletons
 from .estimators import Estimator, EstimatorSpec, all_names, as_spec, estimator_specs, get_spec
@@ -188,24 +185,8 @@ def get_convention(framework: str) -> Convention:
     ``"tunix"``), from its adapter's folder."""
     if framework not in FRAMEWORKS:
         raise ValueError(f"framework: expected one of {sorted(FRAMEWORKS)}, got {framework!r}")
-    row: Convention = getattr(_row_module(framework), framework.upper())
+    row: Convention = getattr(adapter_module(framework, "_convention"), framework.upper())
     return row
-
-
-def _row_module(framework: str) -> ModuleType:
-    """``advbudget.adapters.<framework>._convention``, loaded by itself: the adapter's
-    package (which may import its framework, or refuse without it) is not run for a row.
-    The adapter's own import of the module later finds this one."""
-    name = f"advbudget.adapters.{framework}._convention"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parents[1] / "adapters" / framework / "_convention.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        if spec is None or spec.loader is None:
-            raise ImportError(f"{path}: the convention row of {framework} is missing")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
 
 
 class _Rows(Mapping[str, Convention]):

@@ -11,6 +11,8 @@ Example:
     (64, 64)
 """
 
+from typing import TYPE_CHECKING, Any
+
 from ._load import load_problems
 from ._prepare import (
     FORMATS,
@@ -34,7 +36,10 @@ from ._problems import (
     extract_problem,
 )
 from ._samples import sample_path
-from ._writers import write_openrlhf, write_trl, write_tunix, write_verl
+from ._writers import writer_named
+
+if TYPE_CHECKING:
+    from ._writers import write_openrlhf, write_trl, write_tunix, write_verl
 
 __all__ = [
     "DAPO_DATA_SOURCE",
@@ -61,3 +66,11 @@ __all__ = [
     "write_tunix",
     "write_verl",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The writers live in the adapters' folders, loaded when first asked for (._writers).
+    writer = writer_named(name)
+    if writer is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return writer

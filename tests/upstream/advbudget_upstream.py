@@ -74,7 +74,7 @@ def _install_openrlhf(swap: bool) -> None:
     """OpenRLHF computes its estimators inside ``RemoteExperienceMaker
     .compute_advantages_and_returns``; its tests load ``experience_maker.py`` as modules
     of their own, so each module a fixture returns is patched (:func:`pytest_fixture_setup`)."""
-    from advbudget.adapters.openrlhf._advantages import OPENRLHF
+    from advbudget.adapters.openrlhf._estimators import OPENRLHF
 
     for core, name in OPENRLHF.own_names.items():
         _swapped[name] = OPENRLHF.name_of(core) if swap else name

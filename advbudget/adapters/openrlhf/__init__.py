@@ -22,7 +22,7 @@ see ``docs/guides/openrlhf.md``. The pieces:
 
 from __future__ import annotations
 
-from ._advantages import compute_advantages_and_returns, core_estimator, estimator_names
+from ._estimators import compute_advantages_and_returns, core_estimator, estimator_names
 from ._hooks import HOOK, install, is_installed, uninstall
 from ._returns import cumulative_returns
 from ._version import SUPPORTED_OPENRLHF, check_openrlhf_version

@@ -45,8 +45,8 @@ from typing import Any
 from advbudget.core import estimator_specs, get_spec
 
 from .._options import DEFAULT_MAX_GENERATION_BATCHES, AdapterOptions
-from ._advantages import estimator_names, is_ours, needs_groups
 from ._convention import OPENRLHF
+from ._estimators import estimator_names, is_ours, needs_groups
 from ._hooks import HOOK, install, openrlhf_parser
 from ._options import key_of, read_options
 from ._parse_only import ParsedOnly, run_main_block

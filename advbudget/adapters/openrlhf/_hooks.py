@@ -18,7 +18,7 @@ attribute.
   inherit it): after the update, every ``--advbudget.kappa_every`` steps, adds
   ``advbudget/kappa_eff/*`` to the status OpenRLHF logs;
 - ``BasePPOTrainer.save_logs_and_checkpoints`` / ``init_checkpoint_states``: the prompt
-  ledger (:func:`._advantages.prompt_ledger`) into the checkpoint's ``client_states`` at
+  ledger (:func:`._estimators.prompt_ledger`) into the checkpoint's ``client_states`` at
   the steps OpenRLHF saves, and back on resume;
 - ``BasePPOTrainer.__init__``: binds these wrappers on the trainer instance too. ``@ray.remote``
   copies every method, inherited ones included, onto the actor class when the class is
@@ -84,8 +84,7 @@ _MASKED_MEAN = (
 
 #: What :func:`install` wraps, in each module as OpenRLHF imports it. A module function is
 #: wrapped in each module that looks it up by its global name: ``module`` is that module,
-#: ``mirrors`` the import there. Ray's tracing adds ``_ray_trace_ctx`` to the trainer's
-#: methods (``ppo_trainer.py`` makes ``PPOTrainer`` an actor at import).
+#: ``mirrors`` the import there.
 PATCHED: tuple[Hook, ...] = (
     Hook(
         _MAKER,
@@ -97,22 +96,21 @@ PATCHED: tuple[Hook, ...] = (
     Hook(
         _TRAINER,
         "BasePPOTrainer.ppo_train",
-        "(self, global_steps: int, *, _ray_trace_ctx=None) -> Dict",
+        "(self, global_steps: int) -> Dict",
         "openrlhf/trainer/ppo_trainer.py:266",
         "wrap",
     ),
     Hook(
         _TRAINER,
         "BasePPOTrainer.save_logs_and_checkpoints",
-        "(self, global_step: int, logs_dict=None, client_states=None, *, _ray_trace_ctx=None) "
-        "-> None",
+        "(self, global_step: int, logs_dict=None, client_states=None) -> None",
         "openrlhf/trainer/ppo_trainer.py:384",
         "wrap",
     ),
     Hook(
         _TRAINER,
         "BasePPOTrainer.init_checkpoint_states",
-        "(self, *, _ray_trace_ctx=None) -> Dict",
+        "(self) -> Dict",
         "openrlhf/trainer/ppo_trainer.py:433",
         "wrap",
     ),
@@ -382,7 +380,7 @@ LEDGER_STATE = "advbudget_prompt_ledger"
 
 
 def _wrap_compute_advantages_and_returns(original: Any) -> Any:
-    from ._advantages import compute_advantages_and_returns, is_ours
+    from ._estimators import compute_advantages_and_returns, is_ours
 
     @functools.wraps(original)
     def compute_advantages_and_returns_patched(self: Any, experiences: list[Any]) -> Any:
@@ -397,7 +395,7 @@ def _wrap_compute_advantages_and_returns(original: Any) -> Any:
 
 
 def _wrap_ppo_train(original: Any) -> Any:
-    from ._advantages import is_ours
+    from ._estimators import is_ours
     from ._kappa import after_update
     from ._resample import rounds_status
 
@@ -413,7 +411,7 @@ def _wrap_ppo_train(original: Any) -> Any:
 
 
 def _wrap_save_logs_and_checkpoints(original: Any) -> Any:
-    from ._advantages import LEDGER_ATTR
+    from ._estimators import LEDGER_ATTR
 
     @functools.wraps(original)
     def save_logs_and_checkpoints_patched(
@@ -429,7 +427,7 @@ def _wrap_save_logs_and_checkpoints(original: Any) -> Any:
 
 
 def _wrap_init_checkpoint_states(original: Any) -> Any:
-    from ._advantages import is_ours, prompt_ledger
+    from ._estimators import is_ours, prompt_ledger
 
     @functools.wraps(original)
     def init_checkpoint_states_patched(self: Any) -> Any:
@@ -452,7 +450,7 @@ def _wrap_init(original: Any) -> Any:
 
 
 def _wrap_generate_vllm(original: Any) -> Any:
-    from ._advantages import is_ours
+    from ._estimators import is_ours
     from ._options import options_of
     from ._resample import generate
 

@@ -22,7 +22,7 @@ from advbudget.core import kappa_eff_of_pairs, sequence_logprobs
 from advbudget.metrics import kappa_metric_dict
 
 from .._features import kappa_due
-from ._advantages import KappaPairs
+from ._estimators import KappaPairs
 from ._hooks import actor_log_probs
 from ._options import options_of
 

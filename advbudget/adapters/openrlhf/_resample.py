@@ -34,7 +34,7 @@ from advbudget.core import compute_advantages, make_groups
 
 from .._features import may_resample
 from .._options import AdapterOptions
-from ._advantages import _inputs, estimator_settings
+from ._estimators import _inputs, estimator_settings
 from ._hooks import collect_prompts, dispatch_prompts, response_experience
 from ._options import key_of, options_of, read_options
 

@@ -124,8 +124,7 @@ HOOKS: tuple[Hook, ...] = (
     Hook(
         "verl.single_controller.base.worker",
         "Worker._query_dispatch_info",
-        # Ray's tracing adds _ray_trace_ctx once a worker class is made an actor
-        ("(self, mesh_name: str)", "(self, mesh_name: str, *, _ray_trace_ctx=None)"),
+        "(self, mesh_name: str)",
         "verl/single_controller/base/worker.py:103",
         "call",
     ),

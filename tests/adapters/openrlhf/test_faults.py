@@ -13,7 +13,7 @@ pytest.importorskip("openrlhf")
 import torch
 
 from advbudget.adapters.openrlhf import _kappa, rewards
-from advbudget.adapters.openrlhf._advantages import compute_advantages_and_returns
+from advbudget.adapters.openrlhf._estimators import compute_advantages_and_returns
 from advbudget.adapters.openrlhf.testing import make_args, make_experiences, make_maker
 
 from .conftest import OPENRLHF_WARNINGS

@@ -16,7 +16,7 @@ pytest.importorskip("openrlhf")
 import torch
 
 from advbudget import compute_advantages
-from advbudget.adapters.openrlhf._advantages import (
+from advbudget.adapters.openrlhf._estimators import (
     compute_advantages_and_returns,
     core_estimator,
 )

@@ -138,7 +138,7 @@ _PATCHES: dict[str, Callable[[Any], None]] = {
     "openrlhf": _check_openrlhf,
     "openrlhf.utils.deepspeed.deepspeed": _patch_openrlhf_deepspeed,
     "openrlhf.trainer.ppo_utils.replay_buffer": _patch_replay_buffer,
-    "advbudget.adapters.openrlhf._advantages": _probe_estimator,
+    "advbudget.adapters.openrlhf._estimators": _probe_estimator,
 }
 
 
