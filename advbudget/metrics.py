@@ -230,7 +230,9 @@ def advantage_metrics(
     skipped), ``positive_advantage_fraction`` (rollouts with A > 0),
     ``valid_fraction`` (rollouts that take part in the update), the ``mean``,
     ``std``, ``min`` and ``max`` of the advantages, and ``nan_reward_fraction`` (rollouts
-    whose reward was NaN, left out under ``nan_policy="omit"``).
+    whose reward was NaN, left out under ``nan_policy="omit"``). With a difficulty weight
+    (``compute_advantages(..., group_weight=...)``): ``group_weight_mean``, ``_min`` and
+    ``_max``, over the rollouts that take part in the update (NaN when none does).
 
     The solved/unsolved split separates what ``skipped_group_fraction`` mixes (all wrong,
     all right). A large and flat ``unsolved_group_fraction`` over a run is the persistent
@@ -268,6 +270,8 @@ def advantage_metrics(
         for key, groups in (("unsolved", outcomes.unsolved), ("solved", outcomes.solved)):
             count = int(xp.count_nonzero(groups))
             metrics[f"{key}_group_fraction"] = count / scored if scored else math.nan
+    if result.weights is not None:
+        metrics.update(_weight_metrics(xp, result.weights, result.valid))
     return {
         **metrics,
         "advantage_gap_mean": gap_mean,
@@ -279,6 +283,21 @@ def advantage_metrics(
         "advantage_max": float(xp.max(advantages)),
         # rollouts left out for a NaN reward (nan_policy="omit"): the rest have a reward
         "nan_reward_fraction": 1 - float(xp.sum(result.grouped.count)) / n,
+    }
+
+
+def _weight_metrics(xp: Any, weights: Any, valid: Any) -> dict[str, float]:
+    """Mean, min and max of the weights the updating rollouts got."""
+    count = int(xp.count_nonzero(valid))
+    if not count:
+        return dict.fromkeys(
+            ("group_weight_mean", "group_weight_min", "group_weight_max"), math.nan
+        )
+    zero = xp.zeros_like(weights)
+    return {
+        "group_weight_mean": float(xp.sum(xp.where(valid, weights, zero))) / count,
+        "group_weight_min": float(xp.min(xp.where(valid, weights, zero + math.inf))),
+        "group_weight_max": float(xp.max(xp.where(valid, weights, zero - math.inf))),
     }
 
 

@@ -222,6 +222,7 @@ def implied_slope(
         if spec.slope_of is not None:
             target = get_spec(spec.slope_of)
             takes = {o.name for o in target.options} | {i.name for i in target.inputs}
+            takes |= {"group_weight", "solved_reward"}  # compute_advantages' own
             estimator = target.name
             options = {name: value for name, value in options.items() if name in takes}
     correct, wrong = binary_advantages(estimator, group_size, **options)

@@ -127,6 +127,33 @@ def _opo(b: Batch, o: dict[str, Any]) -> np.ndarray:
     return b.per_group(f)
 
 
+def solved_share(r: np.ndarray, tie: float, solved_reward: float = 1.0) -> float:
+    """The fraction of ``r`` at or above ``solved_reward`` (within the tie tolerance)."""
+    threshold = solved_reward - (tie + tie * abs(solved_reward))
+    return float(np.mean(r >= threshold))
+
+
+def dqw(shares: list[float], temperature: float) -> list[float]:
+    """DGPO's question weights of the kept groups' solved shares (0 counts as 1)."""
+    terms = [math.exp(-(share if share > 0 else 1.0) / temperature) for share in shares]
+    return [len(shares) * term / sum(terms) for term in terms]
+
+
+@reference_of("dgpo")
+def _dgpo(b: Batch, o: dict[str, Any]) -> np.ndarray:
+    def f(r: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        centred = r - r.mean()
+        return len(r) * centred / (np.abs(centred).sum() + o["eps"])
+
+    out = b.per_group(f)
+    kept = [idx for idx in b.members if len(idx) > 1 and not b.tied(b.rewards[idx])]
+    if o["dqw"] and kept:
+        shares = [solved_share(b.rewards[idx], b.tie) for idx in kept]
+        for idx, weight in zip(kept, dqw(shares, o["temperature"]), strict=True):
+            out[idx] *= weight
+    return out
+
+
 # -- pass@k ----------------------------------------------------------------------------------
 
 

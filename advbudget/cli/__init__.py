@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import numpy as np
 import typer
@@ -32,6 +32,7 @@ from rich.table import Table
 
 from .. import theory
 from ..core import estimator_names, get_spec
+from ..core._weights import GROUP_WEIGHTS
 from ._compare import compare_command
 from ._data import app as data_app
 from ._errors import CommandError, atomic_output, cli_errors
@@ -118,6 +119,13 @@ def explain(
     plot: Annotated[
         Path | None, typer.Option(help="Write a figure of advantages and slopes (PNG, PDF, SVG).")
     ] = None,
+    group_weight: Annotated[
+        str | None,
+        typer.Option(
+            help="A difficulty weight on every estimator: grpo_lead (per group) or dqw (over "
+            "the batch of the G + 1 groups k = 0..G)."
+        ),
+    ] = None,
 ) -> None:
     """Show what each estimator does with binary rewards, and the objective it implies.
 
@@ -133,11 +141,16 @@ def explain(
     if plot is not None:
         _check_plot(plot)
     console = Console()
-    tables = {name: theory.binary_advantages(name, group_size) for name in names}
+    weighting: dict[str, Any] = {}
+    if group_weight is not None:
+        weighting["group_weight"] = _group_weight(group_weight)
+    tables = {name: theory.binary_advantages(name, group_size, **weighting) for name in names}
+    weighted = f", weight {group_weight}" if group_weight else ""
 
     def advantage_table(chosen: list[str]) -> Table:
         table = Table(
             title=f"Advantages of a correct and a wrong rollout, k of G = {group_size} correct"
+            f"{weighted}"
         )
         table.add_column("k", justify="right")
         for name in chosen:  # one column per estimator: 4 of them fit 80 columns
@@ -148,11 +161,11 @@ def explain(
         return table
 
     p = np.array(SLOPE_POINTS)
-    slopes = {name: theory.implied_slope(name, group_size, p) for name in names}
+    slopes = {name: theory.implied_slope(name, group_size, p, **weighting) for name in names}
     reference = theory.objective_slope(p, group_size)
 
     def slope_table(chosen: list[str]) -> Table:
-        table = Table(title="Implied objective slope dJ/dp (exact, binary rewards)")
+        table = Table(title=f"Implied objective slope dJ/dp (exact, binary rewards{weighted})")
         table.add_column("p", justify="right")
         for name in chosen:
             table.add_column(name, justify="right")
@@ -172,6 +185,18 @@ def explain(
         "Budgeting's slope is f'_{G-1}(p): strong on hard prompts (small p), weak on easy "
         "ones. Dr's is constant; GRPO's rises again as p -> 1."
     )
+    if group_weight == "dqw":
+        console.print(
+            "dqw weighs each group against the others of its batch: here the batch of the "
+            f"{group_size + 1} groups k = 0..{group_size}; in training the weights follow "
+            "each batch's mix of difficulties."
+        )
+    elif group_weight:
+        console.print(
+            f"{group_weight} multiplies every advantage of a group by a weight of its solved "
+            "share k/G (a positive one by w(k/G), a negative one by w(1 - k/G)): the slopes "
+            "above include it, so budgeting's is no longer f'_{G-1}(p)."
+        )
     for name, note in _NOTES.items():
         if any(get_spec(n).name == name for n in names):
             console.print(note.format(G=group_size))
@@ -194,6 +219,15 @@ _NOTES = {
         "as p -> 1 and at k = G."
     ),
 }
+
+
+def _group_weight(name: str) -> str:
+    """``--group-weight``: a named weight (a callable or options are for Python)."""
+    if name not in GROUP_WEIGHTS:
+        raise typer.BadParameter(
+            f"expected one of {', '.join(GROUP_WEIGHTS)}, got {name!r}", param_hint="--group-weight"
+        )
+    return name
 
 
 def _cell(value: float) -> str:

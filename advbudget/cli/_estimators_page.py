@@ -5,7 +5,10 @@ page cannot drift from the code (a test compares them)."""
 from __future__ import annotations
 
 from ..core import CONVENTIONS, EstimatorSpec
+from ..core._weights import GROUP_WEIGHTS, logistic_weight
 from ..core.estimators import BUILTINS
+
+WEIGHTS_GROUP_SIZE = 8
 
 HEADER = """# Estimators
 
@@ -80,6 +83,50 @@ def _singletons(spec: EstimatorSpec) -> list[str]:
     return notes
 
 
+def _weights_section() -> list[str]:
+    """``group_weight=``: what each weight is, and GRPO-LEAD's multipliers for k of G."""
+    import numpy as np
+
+    lead = GROUP_WEIGHTS["grpo_lead"]
+    g = WEIGHTS_GROUP_SIZE
+    share = np.arange(1, g) / g
+    up = logistic_weight(np, share, **lead)
+    down = logistic_weight(np, 1 - share, **lead)
+    lines = [
+        "",
+        "## Difficulty weights: `group_weight=`",
+        "",
+        "Any estimator above takes `compute_advantages(..., group_weight=W)`: each group's "
+        "advantages are multiplied by a weight of its solved share p̂ (the fraction of its "
+        "rollouts with a reward that reach `solved_reward`, default 1.0, within the tie "
+        "tolerance). Skipped groups keep advantage 0; `result.weights` holds each rollout's "
+        "weight and the metrics report `group_weight_mean`, `_min` and `_max`.",
+        "",
+        "- `grpo_lead` (GRPO-LEAD, arXiv 2504.09696): "
+        "`w(x) = floor + (ceiling − floor) / (1 + exp(steepness·(x − midpoint)))`; a "
+        "positive advantage gets `w(p̂)`, a negative one `w(1 − p̂)`. Options: "
+        + ", ".join(f"`{k}={v:g}`" for k, v in lead.items())
+        + ".",
+        "- `dqw` (DGPO's question weights, arXiv 2601.20614): over the batch's kept groups, "
+        "`λ = n_kept · softmax(−d / temperature)` with `d = p̂` (1 where p̂ = 0); skipped "
+        "groups weigh 1. Options: "
+        + ", ".join(f"`{k}={v:g}`" for k, v in GROUP_WEIGHTS["dqw"].items())
+        + ". The estimator `dgpo` applies it to its own advantages.",
+        "- a callable `fn(p_hat)`: `p_hat` holds one solved share per group, in group "
+        "order; it returns one finite weight per group.",
+        "",
+        'A name takes options as a mapping: `{"name": "grpo_lead", "steepness": 12}`. '
+        f"GRPO-LEAD's multipliers for k of G = {g} correct (`advbudget explain "
+        "--group-weight grpo_lead` shows the weighted advantages and slopes):",
+        "",
+        "| k | " + " | ".join(str(k) for k in range(1, g)) + " |",
+        "|---|" + "---|" * (g - 1),
+        "| correct rollout | " + " | ".join(f"{w:.3f}" for w in up) + " |",
+        "| wrong rollout | " + " | ".join(f"{w:.3f}" for w in down) + " |",
+    ]
+    return lines
+
+
 def estimators_markdown() -> str:
     """The page: a summary table, then one section per estimator."""
     lines = [HEADER, "| name | advantage | from |", "|---|---|---|"]
@@ -105,6 +152,7 @@ def estimators_markdown() -> str:
         if spec.batch_statistics:
             lines.append(f"- **batch statistics**: {spec.batch_statistics}")
         lines.append(f"- **in the trainers**: {_frameworks(spec)}")
+    lines += _weights_section()
     lines += [
         "",
         "## Where each trainer gets the whole batch",

@@ -25,6 +25,7 @@ from ._groups import Contiguous, GroupMethod, Groups
 from ._labels import build_groups
 from ._result import AdvantageResult
 from ._stats import GroupedRewards, Singletons, group_rewards
+from ._weights import parse_group_weight, weigh
 from .estimators import Estimator, EstimatorSpec, as_spec, estimator_specs
 
 NanPolicy = Literal["raise", "omit"]
@@ -45,6 +46,8 @@ def compute_advantages(
     tie_rtol: float = DEFAULT_TIE_RTOL,
     tie_atol: float = DEFAULT_TIE_ATOL,
     singletons: Singletons = "skip",
+    group_weight: Any = None,
+    solved_reward: float = 1.0,
     **options: Any,
 ) -> AdvantageResult:
     """Advantages of any registered estimator, with the valid mask and group statistics.
@@ -77,6 +80,20 @@ def compute_advantages(
             scores it against a baseline of 0 and unit std, as verl does (not for budget);
             ``"refuse"`` raises ValueError on a group of one (a framework whose own
             estimator raises there: verl's grpo_passk).
+        group_weight: a difficulty weight on the estimator's advantages, from each
+            group's solved share p̂ (see ``solved_reward``): ``"grpo_lead"`` (GRPO-LEAD's
+            sign-split logistic weight: ``w(p̂)`` on a positive advantage, ``w(1 - p̂)`` on a
+            negative one), ``"dqw"`` (DGPO's question weights: a softmax of ``-p̂ / 2`` over
+            the batch's kept groups, summing to their number), a mapping with ``"name"``
+            and its options (``{"name": "dqw", "temperature": 1.0}``; ``grpo_lead``:
+            ``floor=0.4``, ``ceiling=1.5``, ``midpoint=0.75``, ``steepness=10``), or a
+            callable ``fn(p_hat)`` that gets ``[M]`` solved shares in group order and
+            returns ``M`` finite weights. Skipped groups keep advantage 0 and ``valid``
+            False. The weight of each rollout is ``result.weights``. None (default): none.
+        solved_reward: the reward a solved rollout reaches, for p̂: ``reward >=
+            solved_reward - (tie_atol + tie_rtol * |solved_reward|)`` (default 1.0: on 0/1
+            and ±1 rewards, "reward > 0"). p̂ is the solved share of a group's rollouts
+            with a reward, 0 for a group with none.
         **options: the estimator's own options (``budget=``; ``eps=``, ``std_correction=``)
             and extra inputs (``response_lengths=``: one value per rollout).
 
@@ -98,6 +115,8 @@ def compute_advantages(
         ([True, True, True, True, True, True], 0)
     """
     spec = as_spec(estimator)
+    weight = parse_group_weight(group_weight)
+    bar = checks.finite("solved_reward", solved_reward)
     columns: list[tuple[Array, Array | None]] = []
     if spec.components:
         rewards, columns = _components_checked(rewards, spec.name, nan_policy)
@@ -140,8 +159,13 @@ def compute_advantages(
             for column, present in columns
         )
         grouped = dataclasses.replace(grouped, components=components)
+    if bar != grouped.solved_reward:
+        grouped = dataclasses.replace(grouped, solved_reward=bar)
     inputs = _input_rows(spec, given_inputs, grouped)
     rows = spec.fn(grouped, **resolved, **inputs)
+    applied = None
+    if weight is not None:
+        rows, applied = weigh(weight, grouped, rows)
     return AdvantageResult(
         advantages=grouped.groups.flat(rows),
         estimator=spec.name,
@@ -152,6 +176,8 @@ def compute_advantages(
         tie_rtol=float(tie_rtol),
         tie_atol=float(tie_atol),
         options=MappingProxyType(resolved),
+        weights=None if applied is None else grouped.groups.flat(applied),
+        group_weight=None if weight is None else weight.describe(),
     )
 
 

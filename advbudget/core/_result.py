@@ -30,6 +30,11 @@ class AdvantageResult:
         options: the estimator's own options the advantages were computed with, each
             resolved (its default where not given) and checked: what an adapter's
             per-token step reads (the whitening of ``reinforce``'s returns).
+        weights: ``[N]`` the difficulty weight each rollout's advantage was multiplied by
+            (``group_weight=``; 1 where a sign-split weight met an advantage of 0); None
+            without a weight.
+        group_weight: the weight's name with the options that differ from its defaults
+            (``"grpo_lead"``, ``"dqw(temperature=1)"``, a callable's ``__name__``); None.
     """
 
     advantages: Array
@@ -41,6 +46,8 @@ class AdvantageResult:
     tie_rtol: float = field(default=0.0, repr=False)
     tie_atol: float = field(default=0.0, repr=False)
     options: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    weights: Array | None = field(default=None, repr=False)
+    group_weight: str | None = field(default=None, repr=False)
 
     @cached_property
     def valid(self) -> Array:

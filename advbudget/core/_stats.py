@@ -37,6 +37,8 @@ class GroupedRewards:
             ``components=True``): one ``GroupedRewards`` per component, in column order, on
             the same groups, each with its own gaps, counts, NaN rows and skipped groups
             (ties); ``rewards`` is then the sum of a rollout's components. ``()`` otherwise.
+        tie_rtol, tie_atol: the tie tolerance of the skip rule (and of :meth:`solved_share`).
+        solved_reward: the reward a solved rollout reaches (:meth:`solved_share`).
     """
 
     xp: Namespace
@@ -48,6 +50,9 @@ class GroupedRewards:
     skipped: Array
     raw_singletons: Array | None
     components: tuple[GroupedRewards, ...] = ()
+    tie_rtol: float = 0.0
+    tie_atol: float = 0.0
+    solved_reward: float = 1.0
 
     def sum(self, rows: Array) -> Array:
         """Per-group sum of ``rows`` (as stats)."""
@@ -66,6 +71,16 @@ class GroupedRewards:
         return ~self.skipped
 
     # -- the building blocks of estimators (built-ins and plugins alike) --------------
+
+    def solved_share(self) -> Array:
+        """Stats: each group's solved share p̂, the fraction of its rollouts with a reward
+        that reach ``solved_reward`` (within the tie tolerance: ``reward >= solved_reward
+        - (tie_atol + tie_rtol * |solved_reward|)``, the rule of the metrics); 0 for a
+        group with no reward."""
+        xp, bar = self.xp, self.solved_reward
+        threshold = bar - (self.tie_atol + self.tie_rtol * abs(bar))
+        solved = self.only_present(xp.astype(self.rewards >= threshold, self.rewards.dtype))
+        return self.sum(solved) / self.safe(self.count > 0, self.count)
 
     def kept_rows(self) -> Array:
         """Rows: 1 in groups that get an update, 0 elsewhere (compute dtype); multiply an
@@ -151,7 +166,18 @@ def group_rewards(
     if singletons == "raw":
         raw_singletons = count == 1
         tie = tie & ~raw_singletons
-    return GroupedRewards(xp, groups, rows, present_rows, gap, count, tie, raw_singletons)
+    return GroupedRewards(
+        xp,
+        groups,
+        rows,
+        present_rows,
+        gap,
+        count,
+        tie,
+        raw_singletons,
+        tie_rtol=float(tie_rtol),
+        tie_atol=float(tie_atol),
+    )
 
 
 def batch_mean_std(

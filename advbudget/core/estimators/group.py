@@ -7,6 +7,7 @@ import warnings
 from ... import checks
 from .._arrays import Array, is_traced
 from .._stats import GroupedRewards
+from .._weights import dqw_weights
 from ._rules import EPS, RESPONSE_LENGTHS, STD_CORRECTION
 from ._spec import EstimatorSpec, Rule, declare_into
 
@@ -114,6 +115,34 @@ def _warn_if_mean_not_positive(g: GroupedRewards, mean: Array) -> None:
         UserWarning,
         stacklevel=_caller_stacklevel(),
     )
+
+
+@declare(
+    name="dgpo",
+    formula="G·(r − mean) / (Σ|r − mean| + eps), × DQW",
+    reference=(
+        "DGPO, arXiv 2601.20614 (MathForge: DGAE, mean-absolute-deviation scaled, times the "
+        "question weights of group_weight='dqw')"
+    ),
+    rules={
+        "eps": Rule(checks.nonnegative_finite, "added to the sum of absolute deviations"),
+        "temperature": Rule(checks.positive_finite, "DQW's softmax temperature"),
+        "dqw": Rule(checks.boolean, "False: DGAE alone (MathForge's enable_dgpo_dqw=False)"),
+    },
+)
+def dgpo(
+    g: GroupedRewards, *, eps: float = 1e-4, temperature: float = 2.0, dqw: bool = True
+) -> Array:
+    """DGPO: DGAE ``n (r - mean) / (sum |r - mean| + eps)`` per group (n rollouts with a
+    reward), times DGPO's question weights over the batch's kept groups
+    (:func:`~advbudget.core._weights.dqw_weights`, from each group's solved share)."""
+    xp, keep = g.xp, g.kept()
+    centred = g.deviation()
+    scale = xp.where(keep, g.count / (g.sum(xp.abs(centred)) + eps), 0)
+    rows = centred * g.expand(scale)
+    if dqw:
+        rows = rows * g.expand(dqw_weights(g, g.solved_share(), temperature=temperature))
+    return rows
 
 
 @declare(
