@@ -84,7 +84,7 @@ def per_sample_metrics(step: Step) -> dict[str, list[float]]:
     values["advantage_mean"] = advantages
     out = {name: np.asarray(v, dtype=np.float64).tolist() for name, v in values.items()}
     for name in BATCH_WIDE:
-        if not math.isnan(batch[name]):  # the gap when every group is skipped: no value
+        if name in batch and not math.isnan(batch[name]):  # e.g. no gap: every group skipped
             out[name] = [batch[name]] * len(index)
     return {step.prefix + name: v for name, v in out.items()}
 
@@ -96,6 +96,9 @@ BATCH_WIDE = (
     "advantage_min",
     "advantage_max",
     "nan_reward_fraction",
+    "group_weight_mean",  # with a group weight
+    "group_weight_min",
+    "group_weight_max",
 )
 
 

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import json
 import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from advbudget.core import Convention
+from advbudget.core import Convention, EstimatorSpec
+from advbudget.core._weights import GroupWeight, parse_group_weight
 from advbudget.metrics import DEFAULT_SOLVED_REWARD, check_solved_reward
 
 # How a command line or a hydra string turns the solved/unsolved split off.
@@ -42,6 +44,45 @@ def parse_solved_reward(value: Any, name: str, off: str) -> float | None:
         raise ValueError(
             f"{name}: expected a finite number or {off} (off), got {value!r}"
         ) from None
+
+
+def parse_group_weight_option(value: Any, name: str) -> GroupWeight | None:
+    """A ``group_weight`` option as a framework hands it over: a weight name, a mapping
+    ``{"name": ..., options}`` (a config's dict, or a command line's JSON object), a
+    callable (Python APIs), or one of :data:`OFF_WORDS` (None: no weight). A bad value
+    raises a one-line error naming the option ``name``.
+
+    Examples:
+        >>> parse_group_weight_option("grpo_lead", "--x").describe()
+        'grpo_lead'
+        >>> parse_group_weight_option('{"name": "dqw", "temperature": 1}', "--x").describe()
+        'dqw(temperature=1)'
+        >>> print(parse_group_weight_option("none", "--x"))
+        None
+        >>> parse_group_weight_option("lead", "algorithm.advbudget.group_weight")
+        Traceback (most recent call last):
+        ...
+        ValueError: algorithm.advbudget.group_weight: expected one of 'grpo_lead', 'dqw', ...
+    """
+    if isinstance(value, str):
+        text = value.strip()
+        if text.lower() in OFF_WORDS:
+            return None
+        if text.startswith("{"):
+            try:
+                value = json.loads(text)
+            except json.JSONDecodeError as error:
+                raise ValueError(
+                    f"{name}: expected a weight name or a JSON object "
+                    f'{{"name": ..., options}}, got {value!r} ({error.msg})'
+                ) from None
+        else:
+            value = text
+    try:
+        return parse_group_weight(value)
+    except (TypeError, ValueError) as error:
+        message = str(error).replace("group_weight", name, 1)
+        raise type(error)(message) from None
 
 
 #: What an adapter does with the rollouts that take no part in the update (a skipped
@@ -117,6 +158,8 @@ class AdapterOptions:
         skipped_groups: ``keep``, ``drop`` or ``resample`` (:data:`SKIPPED_GROUPS`).
         max_generation_batches: ``resample``'s cap on generation rounds a step.
         kappa_every: κ_eff every this many steps (0: off).
+        group_weight: a difficulty weight on the estimator's advantages (None: none);
+            its solved share uses ``solved_reward`` (1.0 when the split is off).
     """
 
     framework: str
@@ -125,6 +168,7 @@ class AdapterOptions:
     skipped_groups: str = "keep"
     max_generation_batches: int = DEFAULT_MAX_GENERATION_BATCHES
     kappa_every: int = 0
+    group_weight: GroupWeight | None = None
 
     @property
     def prompt_ledger(self) -> bool:
@@ -170,6 +214,7 @@ class AdapterOptions:
         max_rounds = read("max_generation_batches")
         every = read("kappa_every")
         skipped = read("skipped_groups")
+        weight = read("group_weight")
         return cls(
             framework=convention.framework,
             estimator_options=MappingProxyType(estimator_options),
@@ -195,7 +240,27 @@ class AdapterOptions:
                 if every is UNSET
                 else parse_int(every, key("kappa_every"), low=0)
             ),
+            group_weight=(
+                None if weight is UNSET else parse_group_weight_option(weight, key("group_weight"))
+            ),
         )
+
+    def weight_keywords(self) -> dict[str, Any]:
+        """The :func:`~advbudget.compute_advantages` keywords of the group weight: none
+        without one; else the weight and the ``solved_reward`` of its solved share."""
+        if self.group_weight is None:
+            return {}
+        bar = DEFAULT_SOLVED_REWARD if self.solved_reward is None else self.solved_reward
+        return {"group_weight": self.group_weight, "solved_reward": bar}
+
+    def compute_keywords(self, spec: EstimatorSpec) -> dict[str, Any]:
+        """The :func:`~advbudget.compute_advantages` keywords this run gives estimator
+        ``spec``: the options given that it takes, the core's (:data:`CORE_OPTIONS`), and
+        the group weight (:meth:`weight_keywords`). The framework's conventions come on
+        top of them (:meth:`~advbudget.core.Convention.settings`)."""
+        takes = {o.name for o in spec.options} | set(CORE_OPTIONS)
+        given = {k: v for k, v in self.estimator_options.items() if k in takes}
+        return {**given, **self.weight_keywords()}
 
 
 def parse_int(value: Any, name: str, *, low: int) -> int:

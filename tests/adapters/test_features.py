@@ -72,10 +72,15 @@ def test_nan_metrics_are_left_out() -> None:
         elements=st.sampled_from([0.0, 0.5, 1.0, math.nan]),
     ),
     solved=st.sampled_from([1.0, 0.5, None]),
+    weight=st.sampled_from([None, "grpo_lead", "dqw"]),
 )
-def test_per_sample_means_are_the_batch_metrics(rewards: np.ndarray, solved: float | None) -> None:
+def test_per_sample_means_are_the_batch_metrics(
+    rewards: np.ndarray, solved: float | None, weight: str | None
+) -> None:
     """A framework that logs the mean of per-sample values logs the batch's metrics."""
-    result = compute_advantages(rewards, "budget", group_size=3, nan_policy="omit")
+    result = compute_advantages(
+        rewards, "budget", group_size=3, nan_policy="omit", group_weight=weight
+    )
     s = Step(result, AdapterOptions("openrlhf", solved_reward=solved))
     batch = step_metrics(s)
     per_sample = per_sample_metrics(s)
@@ -149,3 +154,38 @@ def test_the_published_result_is_taken_once_and_only_for_its_rows() -> None:
     publish(s.result)
     assert take_published(rows=4) is s.result
     assert take_published(rows=4) is None
+
+
+def test_the_group_weight_is_read_once_for_every_framework() -> None:
+    """One parser: a name, a config's mapping, a command line's JSON, off words; refusals
+    name the framework's key; the keywords reach compute_advantages with solved_reward."""
+    from advbudget.adapters._options import UNSET
+    from advbudget.core import get_convention, get_spec
+
+    def parse(**given: object) -> AdapterOptions:
+        return AdapterOptions.parse(
+            lambda name: given.get(name, UNSET),
+            get_convention("openrlhf"),
+            key=lambda name: f"--advbudget.{name}",
+        )
+
+    assert parse().weight_keywords() == {}
+    assert parse(group_weight="none").group_weight is None
+    lead = parse(group_weight="grpo_lead", solved_reward="none")
+    assert lead.weight_keywords() == {"group_weight": lead.group_weight, "solved_reward": 1.0}
+    dqw = parse(group_weight='{"name": "dqw", "temperature": 0.5}', solved_reward=0.5, budget=2)
+    assert dqw.group_weight is not None
+    assert dqw.group_weight.options == {"temperature": 0.5}
+    keywords = dqw.compute_keywords(get_spec("budget"))
+    assert keywords == {"budget": 2.0, "group_weight": dqw.group_weight, "solved_reward": 0.5}
+    assert "budget" not in dqw.compute_keywords(get_spec("grpo"))
+    with pytest.raises(ValueError, match=r"^--advbudget\.group_weight: expected one of"):
+        parse(group_weight="lead")
+    with pytest.raises(ValueError, match=r"^--advbudget\.group_weight temperature: expected"):
+        parse(group_weight={"name": "dqw", "temperature": -1})
+    with pytest.raises(ValueError, match=r"^--advbudget\.group_weight: expected a weight name"):
+        parse(group_weight="{name: dqw}")
+    rewards = np.array([1.0, 0, 0, 0])
+    given = compute_advantages(rewards, "dr", group_size=4, **lead.compute_keywords(get_spec("dr")))
+    expected = compute_advantages(rewards, "dr", group_size=4, group_weight="grpo_lead")
+    np.testing.assert_array_equal(given.advantages, expected.advantages)

@@ -61,6 +61,7 @@ _OWN_FLAGS = (
     "tie_atol",
     "nan_policy",
     "solved_reward",
+    "group_weight",
     "skipped_groups",
     "max_generation_batches",
 )
@@ -180,6 +181,13 @@ def _add_own_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--advbudget.nan_policy", choices=("raise", "omit"), default=None)
     parser.add_argument("--advbudget.kappa_every", type=int, default=DEFAULT_KAPPA_EVERY)
     parser.add_argument("--advbudget.solved_reward", type=str, default=None)
+    parser.add_argument(
+        "--advbudget.group_weight",
+        type=str,
+        default=None,
+        help="a difficulty weight on the advantages: grpo_lead, dqw, or a JSON object "
+        '{"name": ..., options}',
+    )
     parser.add_argument(
         SKIPPED_FLAG,
         type=str,

@@ -59,7 +59,7 @@ from .._features import (
     per_sample_metrics,
     update_ledger,
 )
-from .._options import CORE_OPTIONS, AdapterOptions
+from .._options import AdapterOptions
 from ._convention import OPENRLHF
 from ._hooks import ray_ships_views_compactly
 from ._options import key_of, options_of, read_options
@@ -94,9 +94,7 @@ def estimator_settings(name: str, options: AdapterOptions, args: Any) -> tuple[s
     core = OPENRLHF.core_name(name)
     OPENRLHF.check_rewards(core, name)
     spec = get_spec(core)
-    keys = (*(o.name for o in spec.options), *CORE_OPTIONS)
-    given = options.estimator_options
-    overrides = {key: given[key] for key in keys if key in given}
+    overrides = options.compute_keywords(spec)
     advantage = getattr(getattr(args, "algo", None), "advantage", None)
     if spec.option("std_norm") is not None and getattr(advantage, "no_std_norm", False):
         overrides.setdefault("std_norm", False)  # OpenRLHF's --algo.advantage.no_std_norm

@@ -82,10 +82,17 @@ _LIGER_SKIPS_COMPUTE_LOSS = hasattr(GRPOTrainer, "compute_liger_loss")
 LOGGER = logging.getLogger(__name__)
 METRIC_PREFIX = TRL.metric_prefix
 # Keywords of compute_advantages besides the estimator's own options.
-_COMPUTE_KEYWORDS = ("tie_rtol", "tie_atol", "singletons", "nan_policy")
+_COMPUTE_KEYWORDS = (
+    "tie_rtol",
+    "tie_atol",
+    "singletons",
+    "nan_policy",
+    "group_weight",
+    "solved_reward",
+)
 # TRL averages each metric over the logging window: a mean of per-step extremes is no
 # extreme, so the advantage's min and max are left out.
-_EXTREMES = ("advantage_min", "advantage_max")
+_EXTREMES = ("advantage_min", "advantage_max", "group_weight_min", "group_weight_max")
 # The adapter's counters, saved in each checkpoint folder and read back on resume.
 STATE_FILE = "advbudget_state.json"
 
@@ -164,6 +171,11 @@ class AdvBudgetGRPOTrainer(TrainerHooks, GRPOTrainer):  # type: ignore[misc, unu
             and ``advbudget/solved_group_fraction`` (every one did); default 1.0, the
             success value of 0/1 and +-1 rewards; None leaves the two keys out.
             See :func:`advbudget.metrics.group_outcomes` for the rule.
+        group_weight: a difficulty weight on the advantages from each group's solved share
+            (reaching ``solved_reward``, 1.0 when that is None): ``"grpo_lead"``,
+            ``"dqw"``, ``{"name": ..., options}`` or a callable ``fn(p_hat)``; see
+            :func:`advbudget.compute_advantages`. Logged as
+            ``advbudget/group_weight_{mean,min,max}``. Default None: no weight.
         kappa_every: log κ_eff every this many generation batches (0, the default: never).
             The old log-probs come from TRL's ``old_per_token_logps`` when the batch is
             reused, else from one extra forward pass before the update; the new ones from
@@ -216,6 +228,7 @@ class AdvBudgetGRPOTrainer(TrainerHooks, GRPOTrainer):  # type: ignore[misc, unu
         kappa_every: int = 0,
         solved_reward: float | None = DEFAULT_SOLVED_REWARD,
         prompt_ledger: bool = True,
+        group_weight: Any = None,
         **kwargs: Any,
     ) -> None:
         if isinstance(advantage_estimator, str):
@@ -241,6 +254,7 @@ class AdvBudgetGRPOTrainer(TrainerHooks, GRPOTrainer):  # type: ignore[misc, unu
                 "skip_empty_groups": skip_empty_groups,
                 "kappa_every": kappa_every,
                 "solved_reward": solved_reward,
+                "group_weight": group_weight,
             }
         )
         if skip_empty_groups is not None:
@@ -264,7 +278,11 @@ class AdvBudgetGRPOTrainer(TrainerHooks, GRPOTrainer):  # type: ignore[misc, unu
             )
         # advantage_options as given (a key the estimator does not take is refused below),
         # with the checked values of the options read.
-        overrides = {**(advantage_options or {}), **options.estimator_options}
+        overrides = {
+            **(advantage_options or {}),
+            **options.estimator_options,
+            **options.weight_keywords(),
+        }
         settings = TRL.settings(advantage_estimator, overrides)
         if spec is not None:  # a bad option fails here, not at step 1
             spec.resolve_options({k: v for k, v in settings.items() if k not in _COMPUTE_KEYWORDS})

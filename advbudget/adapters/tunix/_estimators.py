@@ -27,7 +27,6 @@ from advbudget.core import (
 )
 
 from .._features import Step, publish, step_metrics, take_published
-from .._options import CORE_OPTIONS
 from ._convention import TUNIX
 from ._hooks import advantage_estimator_names
 from ._options import configured
@@ -46,11 +45,7 @@ def core_settings(name: str) -> tuple[str, dict[str, Any]]:
     core = TUNIX.core_name(name)
     TUNIX.check_rewards(core, name)
     spec = get_spec(core)
-    given = configured().estimator_options
-    overrides = {
-        key: given[key] for key in (*(o.name for o in spec.options), *CORE_OPTIONS) if key in given
-    }
-    return core, TUNIX.settings(core, overrides)
+    return core, TUNIX.settings(core, configured().compute_keywords(spec))
 
 
 def _check_call(name: str, rewards: Any, num_generations: Any) -> np.ndarray:

@@ -34,8 +34,8 @@ _OTHER_OPTIONS = ("skipped_groups", "kappa_every", "max_generation_batches")
 
 def known_options() -> list[str]:
     """Every option :func:`configure` takes: each catalogue option, the core's tie
-    tolerance and ``nan_policy``, and ``solved_reward`` (metrics)."""
-    return [*TUNIX.option_names(), *CORE_OPTIONS, "solved_reward"]
+    tolerance and ``nan_policy``, ``solved_reward`` (metrics) and ``group_weight``."""
+    return [*TUNIX.option_names(), *CORE_OPTIONS, "solved_reward", "group_weight"]
 
 
 def key_of(name: str) -> str:
@@ -91,8 +91,11 @@ def configure(**options: Any) -> dict[str, Any]:
     plugin's own; each estimator reads the ones it takes), ``tie_rtol``/``tie_atol`` (the
     core's tie tolerance), ``nan_policy`` (``raise``/``omit``), ``solved_reward`` (metrics:
     the reward at which a rollout counts as solved; None leaves the solved/unsolved keys
-    out). Each value is checked now. ``configure()`` resets them all. tunix's CLI reads them
-    from ``ADVBUDGET_TUNIX_OPTIONS`` instead (see :data:`OPTIONS_ENV`).
+    out), ``group_weight`` (a difficulty weight on the advantages: ``"grpo_lead"``,
+    ``"dqw"``, ``{"name": ..., options}`` or a callable ``fn(p_hat)``; see
+    :func:`advbudget.compute_advantages`). Each value is checked now. ``configure()``
+    resets them all. tunix's CLI reads them from ``ADVBUDGET_TUNIX_OPTIONS`` instead (see
+    :data:`OPTIONS_ENV`; a weight there by name: ``group_weight=dqw``).
 
     Examples:
         >>> from advbudget.adapters.tunix import configure
@@ -107,12 +110,19 @@ def configure(**options: Any) -> dict[str, Any]:
     """
     _refuse_unknown(options, known_options())
     record = read_options(options)
-    checked = {  # an estimator option, or solved_reward
-        key: record.estimator_options.get(key, record.solved_reward) for key in options
-    }
+    checked = {key: _checked(record, key, value) for key, value in options.items()}
     global _CONFIGURED
     _CONFIGURED = _Configured(record, checked)
     return dict(checked)
+
+
+def _checked(record: AdapterOptions, key: str, value: Any) -> Any:
+    """Option ``key`` as :func:`configure` returns it: the checked value."""
+    if key == "solved_reward":
+        return record.solved_reward
+    if key == "group_weight":
+        return value  # as given (a name, a mapping, a callable): the record holds it parsed
+    return record.estimator_options[key]
 
 
 def options() -> dict[str, Any]:

@@ -77,7 +77,6 @@ from advbudget.core import (
 )
 
 from .._features import publish
-from .._options import CORE_OPTIONS
 from ._convention import VERL
 from ._hooks import compute_advantage_data, estimator_registry
 from ._options import option, read_options
@@ -305,10 +304,7 @@ def core_settings(
     overrides: dict[str, Any] = {}
     if spec.option("norm_adv_by_std") is not None and switch is not None:  # grpo_passk
         overrides["norm_adv_by_std"] = bool(switch)
-    given = read_options(config).estimator_options
-    for key in (*(o.name for o in spec.options), *CORE_OPTIONS):
-        if key in given:
-            overrides[key] = given[key]
+    overrides.update(read_options(config).compute_keywords(spec))
     weights = option(config, "gdpo_reward_weights", None)  # verl's own key for gdpo's w_k
     if spec.components and weights is not None:
         overrides.setdefault("weights", list(weights))

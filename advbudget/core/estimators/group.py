@@ -129,6 +129,9 @@ def _warn_if_mean_not_positive(g: GroupedRewards, mean: Array) -> None:
         "temperature": Rule(checks.positive_finite, "DQW's softmax temperature"),
         "dqw": Rule(checks.boolean, "False: DGAE alone (MathForge's enable_dgpo_dqw=False)"),
     },
+    batch_statistics=(
+        "DQW's softmax over the kept groups of the whole batch (none with dqw=False)"
+    ),
 )
 def dgpo(
     g: GroupedRewards, *, eps: float = 1e-4, temperature: float = 2.0, dqw: bool = True

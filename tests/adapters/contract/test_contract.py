@@ -113,6 +113,7 @@ BAD = {
     "budget": -1.0,
     "tie_rtol": -1.0,
     "nan_policy": "ignore",
+    "group_weight": "lead",
 }
 
 
@@ -179,6 +180,23 @@ def test_budget_through_the_framework_is_the_cores(driver: ModuleType, framework
     assert max(map(abs, got)) > 0.1  # not a comparison of zeros
 
 
+@pytest.mark.parametrize("weight", ["grpo_lead", "dqw"])
+def test_a_group_weight_reaches_the_framework(
+    driver: ModuleType, framework: str, weight: str
+) -> None:
+    """``group_weight`` given the framework's way multiplies the advantages as the core does
+    (its solved share at the run's ``solved_reward``: 0.5 here, so 0.5 and 0.75 count)."""
+    name = get_convention(framework).name_of("budget")
+    options = {"group_weight": weight, "solved_reward": 0.5}
+    got = driver.advantages(name, REWARDS, 4, options)
+    rewards = np.asarray(REWARDS)
+    expected = compute_advantages(rewards, "budget", group_size=4, **options)
+    plain = compute_advantages(rewards, "budget", group_size=4)
+    np.testing.assert_allclose(got, np.asarray(expected.advantages), rtol=0, atol=1e-6)
+    assert not np.allclose(expected.advantages, plain.advantages, atol=1e-3)  # it weighs
+    assert driver.read_options(options).group_weight is not None
+
+
 def test_a_plugins_estimator_reaches_the_framework(driver: ModuleType, framework: str) -> None:
     plugin = pytest.importorskip("advbudget_example_plugin")  # required by every make target
     name = get_convention(framework).name_of("plugin_scaled_dr")
@@ -207,7 +225,14 @@ def test_a_nan_reward_follows_nan_policy(driver: ModuleType, framework: str) -> 
 
 @pytest.mark.parametrize(
     "name",
-    ["skipped_groups", "max_generation_batches", "kappa_every", "solved_reward", "nan_policy"],
+    [
+        "skipped_groups",
+        "max_generation_batches",
+        "kappa_every",
+        "solved_reward",
+        "nan_policy",
+        "group_weight",
+    ],
 )
 def test_each_option_is_documented_under_the_frameworks_key(
     driver: ModuleType, framework: str, name: str

@@ -29,14 +29,18 @@ KEY = re.compile(
 # What the adapter reads under algorithm.advbudget besides each estimator's options.
 ADAPTER_OPTIONS = {
     "kappa_every", "solved_reward", "skipped_groups", "max_generation_batches",
-    "tie_rtol", "tie_atol", "nan_policy",
+    "tie_rtol", "tie_atol", "nan_policy", "group_weight",
 }  # fmt: skip
+# A file name that starts like a root (data.py) is not a key.
+FILE_SUFFIXES = (".py", ".md", ".json", ".jsonl", ".yaml", ".parquet")
 
 
 def _named_keys() -> dict[str, set[str]]:
     named: dict[str, set[str]] = {}
     for page in PAGES:
         for plus, key in KEY.findall(page.read_text(encoding="utf-8")):
+            if key.endswith(FILE_SUFFIXES):
+                continue
             named.setdefault(plus + key, set()).add(str(page.relative_to(ROOT)))
     return named
 
