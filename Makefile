@@ -239,6 +239,7 @@ bench-rewards: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/core.py
 	$(BIN)/python benchmarks/estimators.py
+	$(BIN)/python benchmarks/weights.py
 	$(MAKE) bench-rewards
 	if [ -x $(VENV_VERL)/bin/python ]; then $(MAKE) bench-verl; fi
 	if [ -x $(VENV_TRL)/bin/python ]; then $(MAKE) bench-trl; fi

@@ -30,6 +30,18 @@ def test_estimators_benchmark_runs_and_agrees(tmp_path):
     assert {r["name"] for r in payload["ratios"]} == {"maxrl / floor", "passk / floor"}
 
 
+def test_weights_benchmark_runs_and_agrees(tmp_path):
+    output = tmp_path / "weights.json"
+    payload = run_benchmark("weights", output, "--sizes", "4096", "--repeats", "1")
+    assert payload["problems"] == []  # weighted == base x the weights written by hand
+    assert {r["name"] for r in payload["ratios"]} == {
+        "budget + grpo_lead / budget",
+        "budget + dqw / budget",
+        "grpo + grpo_lead / grpo",
+        "grpo + dqw / grpo",
+    }
+
+
 def test_report_collects_results(tmp_path):
     spec = importlib.util.spec_from_file_location("benchmark_report", BENCHMARKS / "report.py")
     report = importlib.util.module_from_spec(spec)

@@ -319,3 +319,40 @@ def test_explain_shows_a_weighted_table() -> None:
     bad = CliRunner().invoke(app, ["explain", "--group-weight", "lead"])
     assert bad.exit_code == 2
     assert "expected one of grpo_lead, dqw, got 'lead'" in bad.output
+
+
+# -- the lab, the LM experiment and the command line take "<estimator>+<weight>" -----------
+
+
+def test_the_lab_trains_with_a_weighted_estimator() -> None:
+    """The same seed with and without the weight: identical rollouts at step 1, different
+    updates (the weight reaches the advantages), and the same accuracy at step 0."""
+    from advbudget.sim import RunConfig, TaskConfig, make_task, train
+
+    task = make_task(TaskConfig(train_prompts=64, validation_prompts=64))
+    plain = train(RunConfig(estimator="grpo", steps=3, prompts_per_step=8), task)
+    lead = train(RunConfig(estimator="grpo+grpo_lead", steps=3, prompts_per_step=8), task)
+    assert plain["accuracy"][0] == lead["accuracy"][0]
+    assert not np.array_equal(plain["weights"], lead["weights"])
+    with pytest.raises(ValueError, match=r"^estimator: expected a name, or <estimator>\+<weight>"):
+        RunConfig(estimator="grpo+lead")
+
+
+def test_the_command_line_and_the_lm_config_take_weighted_names() -> None:
+    import typer
+
+    from advbudget.cli._estimators import parse_estimators
+    from advbudget.lm import LMConfig
+
+    assert parse_estimators("grpo, grpo+dqw,budget+grpo_lead") == (
+        "grpo",
+        "grpo+dqw",
+        "budget+grpo_lead",
+    )
+    with pytest.raises(typer.BadParameter, match="with a weight of 'grpo_lead', 'dqw'"):
+        parse_estimators("grpo+lead")
+    with pytest.raises(typer.BadParameter, match="nope"):
+        parse_estimators("nope+dqw")
+    with pytest.raises(typer.BadParameter, match="given with --group-weight"):
+        parse_estimators("grpo+dqw", weighted=False)
+    assert LMConfig(estimators=("grpo", "grpo+grpo_lead")).estimators[1] == "grpo+grpo_lead"

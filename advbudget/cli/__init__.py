@@ -135,6 +135,7 @@ def explain(
     """
     names = parse_estimators(
         estimators,
+        weighted=False,
         rewards_only="explain shows estimators of the reward alone (in Python: "
         "advbudget.theory.implied_slope(name, G, p, <input>=...))",
     )

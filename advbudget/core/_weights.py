@@ -93,6 +93,26 @@ def parse_group_weight(value: Any) -> GroupWeight | None:
     )
 
 
+def split_weighted(name: str) -> tuple[str, str | None]:
+    """An estimator with a named weight, as the lab, the LM experiment and the command line
+    take them: ``"grpo+grpo_lead"`` is ``("grpo", "grpo_lead")``, ``"budget"`` is
+    ``("budget", None)``. An unknown weight raises one line naming ``estimator``.
+
+    Examples:
+        >>> split_weighted("grpo+dqw"), split_weighted("budget")
+        (('grpo', 'dqw'), ('budget', None))
+    """
+    base, plus, weight = name.partition("+")
+    if not plus:
+        return name, None
+    if weight not in GROUP_WEIGHTS or not base:
+        raise ValueError(
+            f"estimator: expected a name, or <estimator>+<weight> with a weight of "
+            f"{_names()}, got {name!r}"
+        )
+    return base, weight
+
+
 def _names() -> str:
     return ", ".join(repr(name) for name in GROUP_WEIGHTS)
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..checks import int_at_least
 from ..core import get_spec
+from ..core._weights import split_weighted
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,7 @@ class LMConfig:
         if not self.estimators:
             raise ValueError("estimators: expected at least one estimator name, got none")
         for name in self.estimators:
-            get_spec(name)  # an unknown name fails here, naming the catalogue
+            get_spec(split_weighted(name)[0])  # an unknown name fails here, naming the catalogue
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds: expected distinct seeds, got {self.seeds!r}")
         if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):

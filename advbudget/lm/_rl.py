@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..core._weights import split_weighted
 from ._config import LMConfig
 from ._model import evaluate, task_splits
 from ._task import mixture
@@ -152,13 +153,15 @@ def run_rl(
         )
         evaluations[0] = held_out(model.to(config.device))
         callback = HeldOut()
+        base, weight = split_weighted(estimator)  # "grpo+grpo_lead": with a group weight
         trainer = AdvBudgetGRPOTrainer(
             model=model,
             processing_class=tokenizer,
             reward_funcs=dapo_accuracy,
             args=args,
             train_dataset=dataset,
-            advantage_estimator=estimator,
+            advantage_estimator=base,
+            group_weight=weight,
             kappa_every=1,
             callbacks=[callback],
         )

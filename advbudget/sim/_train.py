@@ -10,6 +10,7 @@ import numpy as np
 
 from ..checks import int_at_least, nonnegative_finite
 from ..core import compute_advantages, get_spec
+from ..core._weights import split_weighted
 from ..metrics import advantage_metrics, kappa_eff, summarize
 from ._policy import Minibatch, surrogate_loss
 from ._task import Float, Task, exact_metrics, log_policy, sample_rollouts
@@ -47,7 +48,8 @@ class RunConfig:
     """One training run.
 
     Attributes:
-        estimator: any name :func:`advbudget.compute_advantages` accepts.
+        estimator: any name :func:`advbudget.compute_advantages` accepts, or
+            ``<name>+<weight>`` with a difficulty weight (``"grpo+grpo_lead"``, ``"budget+dqw"``).
         steps: policy updates (each on a fresh on-policy batch).
         group_size: G, rollouts per prompt.
         prompts_per_step: B, prompts per batch.
@@ -85,7 +87,8 @@ class RunConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.estimator, str):
             raise TypeError(f"estimator: expected an estimator name, got {self.estimator!r}")
-        spec = get_spec(self.estimator)  # raises "estimator: expected one of ..."
+        base, _ = split_weighted(self.estimator)  # "grpo+grpo_lead": with a group weight
+        spec = get_spec(base)  # raises "estimator: expected one of ..."
         needs = [i.name for i in spec.inputs if i.required]
         if needs:
             raise ValueError(
@@ -206,7 +209,10 @@ def train(
         bonus_on = config.entropy_until is None or step <= config.entropy_until
         in_reward = bonus_on and config.entropy_in == "reward" and config.entropy_coef > 0
         shaped = rewards - config.entropy_coef * old if in_reward else rewards
-        result = compute_advantages(shaped.reshape(-1), config.estimator, group_size=group_size)
+        base, weight = split_weighted(config.estimator)
+        result = compute_advantages(
+            shaped.reshape(-1), base, group_size=group_size, group_weight=weight
+        )
         advantages = np.asarray(result.advantages, dtype=np.float64).reshape(rewards.shape)
         in_loss = bonus_on and config.entropy_in == "loss"
         clip_fractions = []
