@@ -1,6 +1,6 @@
 """Difficulty weights on any estimator's advantages: ``compute_advantages(...,
 group_weight=...)`` multiplies each group's advantages by a weight computed from the
-group's solved share p̂ (SPEC §6 C1).
+group's solved share p̂ (docs: Estimators, "Difficulty weights").
 
 - ``"grpo_lead"``: GRPO-LEAD's sign-split logistic weight (arXiv 2504.09696;
   ``aeroplanepaper/GRPO-LEAD`` ``verl/trainer/ppo/core_algos.py`` @ 577c63ce,
