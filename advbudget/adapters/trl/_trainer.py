@@ -91,7 +91,7 @@ _COMPUTE_KEYWORDS = (
     "solved_reward",
 )
 # TRL averages each metric over the logging window: a mean of per-step extremes is no
-# extreme, so the advantage's min and max are left out.
+# extreme, so the min and max of the advantage and of the group weight are left out.
 _EXTREMES = ("advantage_min", "advantage_max", "group_weight_min", "group_weight_max")
 # The adapter's counters, saved in each checkpoint folder and read back on resume.
 STATE_FILE = "advbudget_state.json"
@@ -175,7 +175,8 @@ class AdvBudgetGRPOTrainer(TrainerHooks, GRPOTrainer):  # type: ignore[misc, unu
             (reaching ``solved_reward``, 1.0 when that is None): ``"grpo_lead"``,
             ``"dqw"``, ``{"name": ..., options}`` or a callable ``fn(p_hat)``; see
             :func:`advbudget.compute_advantages`. Logged as
-            ``advbudget/group_weight_{mean,min,max}``. Default None: no weight.
+            ``advbudget/group_weight_mean`` (its min and max are left out, as the
+            advantage's). Default None: no weight.
         kappa_every: log κ_eff every this many generation batches (0, the default: never).
             The old log-probs come from TRL's ``old_per_token_logps`` when the batch is
             reused, else from one extra forward pass before the update; the new ones from
