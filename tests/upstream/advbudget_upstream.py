@@ -95,10 +95,10 @@ def _patch_experience_maker(module: types.ModuleType, swap: bool) -> None:
             return original(self, experiences)
         import torch
 
-        from advbudget.adapters.openrlhf import _advantages
+        from advbudget.adapters.openrlhf import _estimators
 
         with torch.no_grad():
-            return _advantages.compute_advantages_and_returns(
+            return _estimators.compute_advantages_and_returns(
                 self, experiences, estimator=_swapped[name]
             )
 
