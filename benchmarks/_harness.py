@@ -180,6 +180,36 @@ def table(header: Sequence[str], rows: Iterable[Sequence[Any]], align: str) -> l
     return lines
 
 
+def timings_by_size(
+    results: Sequence[Mapping[str, Any]], ratios: Sequence[Mapping[str, Any]]
+) -> list[str]:
+    """The two tables of a benchmark over sizes ``n``: each path's median, then each ratio
+    against its target."""
+    return [
+        *table(
+            ("N", "path", "median ms"),
+            [(f"{r['n']:,}", r["path"], format_ms(r["median_ms"])) for r in results],
+            "rlr",
+        ),
+        "",
+        *table(
+            ("ratio", "N", "value", "target", "meets"),
+            [
+                (
+                    r["name"],
+                    f"{r['n']:,}",
+                    f"{r['ratio']:.2f}",
+                    r["target"],
+                    verdict(r["meets_target"]),
+                )
+                for r in ratios
+            ],
+            "lrrll",
+        ),
+        "",
+    ]
+
+
 def format_ms(ms: float | None) -> str:
     """Three significant digits, whole ms from 100 ms; ``skipped`` for None."""
     if ms is None:

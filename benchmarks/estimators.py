@@ -21,14 +21,12 @@ import numpy as np
 from _harness import (
     Target,
     compute_ratios,
-    format_ms,
     header,
     machine_info,
     positive_ints,
     summary,
-    table,
     time_call,
-    verdict,
+    timings_by_size,
     write_results,
 )
 
@@ -135,27 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"numpy, G = {G}, 0/1 rewards (a quarter of the groups constant), passk k = {K}; "
         "median of the timed calls (`python benchmarks/estimators.py`).",
         "",
-        *table(
-            ("N", "path", "median ms"),
-            [(f"{r['n']:,}", r["path"], format_ms(r["median_ms"])) for r in results],
-            "rlr",
-        ),
-        "",
-        *table(
-            ("ratio", "N", "value", "target", "meets"),
-            [
-                (
-                    r["name"],
-                    f"{r['n']:,}",
-                    f"{r['ratio']:.2f}",
-                    r["target"],
-                    verdict(r["meets_target"]),
-                )
-                for r in ratios
-            ],
-            "lrrll",
-        ),
-        "",
+        *timings_by_size(results, ratios),
     ]
     payload = {"machine": machine, "results": results, "ratios": ratios, "problems": problems}
     return write_results(args.output, payload, "\n".join(lines))
