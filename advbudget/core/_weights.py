@@ -138,17 +138,19 @@ def weigh(weight: GroupWeight, g: GroupedRewards, rows: Array) -> tuple[Array, A
     each row (as rows; 1 where a sign-split weight meets an advantage of 0)."""
     xp = g.xp
     p_hat = g.solved_share()
-    ones = xp.ones_like(rows)
     if weight.name == "grpo_lead":
         up = g.expand(logistic_weight(xp, p_hat, **weight.options))
         down = g.expand(logistic_weight(xp, 1 - p_hat, **weight.options))
-        applied = xp.where(rows > 0, up * ones, xp.where(rows < 0, down * ones, ones))
+        # where() broadcasts the per-group weights against the rows: one pass each
+        per_row = xp.where(rows > 0, up, xp.where(rows < 0, down, xp.ones_like(down)))
     elif weight.name == "dqw":
-        applied = g.expand(dqw_weights(g, p_hat, **weight.options)) * ones
+        per_row = g.expand(dqw_weights(g, p_hat, **weight.options))
     else:
         assert weight.fn is not None
-        applied = g.expand(_called(weight.fn, g, p_hat)) * ones
-    return rows * applied, applied
+        per_row = g.expand(_called(weight.fn, g, p_hat))
+    # A per-group weight stays per group until the product; the rows of weights the result
+    # reports are a broadcast view of it.
+    return rows * per_row, xp.broadcast_to(per_row, rows.shape)
 
 
 def logistic_weight(
