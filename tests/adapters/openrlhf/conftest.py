@@ -8,7 +8,6 @@ PYTHONPATH, for subprocesses and Ray workers) when OpenRLHF is installed without
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -16,21 +15,13 @@ import pytest
 
 from advbudget.adapters.openrlhf.testing import experience_maker_module
 
+from .contract import use_import_stubs
+
 collect_ignore = ["stubs", "cpu_loop"]  # cpu_loop: a sitecustomize, never imported here
 
 STUBS = Path(__file__).parent / "stubs"
 
-
-def _use_import_stubs() -> None:
-    spec = importlib.util.spec_from_file_location("openrlhf_import_stubs", STUBS / "use.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.use_import_stubs()
-
-
-_use_import_stubs()
+use_import_stubs()  # before any OpenRLHF import below or in a test module
 
 # OpenRLHF, deepspeed and torch.jit warn at import and at first use; Ray leaves an unclosed
 # /dev/null that the garbage collector reports at a random later test (seen once).

@@ -15,12 +15,12 @@ from advbudget.adapters._options import AdapterOptions
 from advbudget.adapters.openrlhf._options import key_of
 from advbudget.adapters.openrlhf._options import read_options as read_args
 
-__all__ = ["advantages", "key_of", "read_options"]
+__all__ = ["advantages", "key_of", "read_options", "use_import_stubs"]
 
 
-def _use_import_stubs() -> None:
+def use_import_stubs() -> None:
     """OpenRLHF's trainer modules import flash_attn and vllm, which a CPU machine lacks:
-    the import stubs, as conftest.py puts them (also when this suite runs alone)."""
+    the import stubs, for conftest.py and for the shared suite run alone."""
     path = Path(__file__).parent / "stubs" / "use.py"
     spec = importlib.util.spec_from_file_location("openrlhf_import_stubs", path)
     assert spec is not None
@@ -30,7 +30,7 @@ def _use_import_stubs() -> None:
     module.use_import_stubs()
 
 
-_use_import_stubs()
+use_import_stubs()
 
 
 def _flags(options: Mapping[str, Any]) -> SimpleNamespace:
