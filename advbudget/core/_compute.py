@@ -163,9 +163,9 @@ def compute_advantages(
         grouped = dataclasses.replace(grouped, solved_reward=bar)
     inputs = _input_rows(spec, given_inputs, grouped)
     rows = spec.fn(grouped, **resolved, **inputs)
-    applied = None
+    weight_rows = None
     if weight is not None:
-        rows, applied = weigh(weight, grouped, rows)
+        rows, weight_rows = weigh(weight, grouped, rows)
     return AdvantageResult(
         advantages=grouped.groups.flat(rows),
         estimator=spec.name,
@@ -176,7 +176,7 @@ def compute_advantages(
         tie_rtol=float(tie_rtol),
         tie_atol=float(tie_atol),
         options=MappingProxyType(resolved),
-        weights=None if applied is None else grouped.groups.flat(applied),
+        weight_rows=weight_rows,
         group_weight=None if weight is None else weight.describe(),
     )
 

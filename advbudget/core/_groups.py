@@ -75,6 +75,11 @@ class Groups(ABC):
         """Per-group minimum and maximum, as stats."""
         return self.min(rows), self.max(rows)
 
+    def count(self, mask: Array, dtype: Any) -> Array:
+        """Per-group number of True rows of a bool ``mask`` (padding False), as stats of
+        ``dtype``: exact, whatever the summation order."""
+        return self.sum(self.xp.astype(mask, dtype))
+
     @abstractmethod
     def sizes(self, dtype: Any) -> Array:
         """Number of rollouts in each group, as stats of ``dtype``."""
@@ -143,6 +148,12 @@ class Contiguous(Groups):
         if self._fold_columns:
             return self._fold(rows, self.xp.add)
         return self.xp.sum(rows, axis=1, keepdims=True)
+
+    def count(self, mask: Array, dtype: Any) -> Array:
+        if self._fold_columns:  # a matrix-vector product: ~4x the column fold on numpy
+            ones = self.xp.ones((self.group_size, 1), dtype=dtype)
+            return self.xp.astype(mask, dtype) @ ones
+        return super().count(mask, dtype)
 
     def min_max(self, rows: Array) -> tuple[Array, Array]:
         if self._torch:  # one pass instead of two

@@ -4,7 +4,7 @@ need beside them (the ``valid`` mask, per-group skips and advantage gaps)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -30,9 +30,6 @@ class AdvantageResult:
         options: the estimator's own options the advantages were computed with, each
             resolved (its default where not given) and checked: what an adapter's
             per-token step reads (the whitening of ``reinforce``'s returns).
-        weights: ``[N]`` the difficulty weight each rollout's advantage was multiplied by
-            (``group_weight=``; 1 where a sign-split weight met an advantage of 0); None
-            without a weight.
         group_weight: the weight's name with the options that differ from its defaults
             (``"grpo_lead"``, ``"dqw(temperature=1)"``, a callable's ``__name__``); None.
     """
@@ -46,8 +43,17 @@ class AdvantageResult:
     tie_rtol: float = field(default=0.0, repr=False)
     tie_atol: float = field(default=0.0, repr=False)
     options: Mapping[str, Any] = field(default_factory=dict, repr=False)
-    weights: Array | None = field(default=None, repr=False)
     group_weight: str | None = field(default=None, repr=False)
+    weight_rows: Callable[[], Array] | None = field(default=None, repr=False)
+
+    @cached_property
+    def weights(self) -> Array | None:
+        """``[N]`` the difficulty weight each rollout's advantage was multiplied by
+        (``group_weight=``; 1 where a sign-split weight met an advantage of 0); None
+        without a weight. Built when first read."""
+        if self.weight_rows is None:
+            return None
+        return self.groups.flat(self.weight_rows())
 
     @cached_property
     def valid(self) -> Array:

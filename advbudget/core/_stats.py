@@ -77,10 +77,12 @@ class GroupedRewards:
         that reach ``solved_reward`` (within the tie tolerance: ``reward >= solved_reward
         - (tie_atol + tie_rtol * |solved_reward|)``, the rule of the metrics); 0 for a
         group with no reward."""
-        xp, bar = self.xp, self.solved_reward
+        bar = self.solved_reward
         threshold = bar - (self.tie_atol + self.tie_rtol * abs(bar))
-        solved = self.only_present(xp.astype(self.rewards >= threshold, self.rewards.dtype))
-        return self.sum(solved) / self.safe(self.count > 0, self.count)
+        solved = self.rewards >= threshold
+        if self.present is not None:
+            solved = solved & self.present
+        return self.groups.count(solved, self.rewards.dtype) / self.safe(self.count > 0, self.count)
 
     def kept_rows(self) -> Array:
         """Rows: 1 in groups that get an update, 0 elsewhere (compute dtype); multiply an

@@ -133,24 +133,29 @@ def _named(name: str, given: Mapping[str, Any]) -> GroupWeight:
     return GroupWeight(name, options)
 
 
-def weigh(weight: GroupWeight, g: GroupedRewards, rows: Array) -> tuple[Array, Array]:
-    """``rows`` (an estimator's advantages) times the weight, and the weight applied to
-    each row (as rows; 1 where a sign-split weight meets an advantage of 0)."""
+def weigh(weight: GroupWeight, g: GroupedRewards, rows: Array) -> tuple[Array, Callable[[], Array]]:
+    """``rows`` (an estimator's advantages) times the weight, and a function that gives
+    the weight applied to each row (rows; 1 where a sign-split weight met an advantage of
+    0), which the result calls only when asked: the product alone is on the hot path."""
     xp = g.xp
     p_hat = g.solved_share()
     if weight.name == "grpo_lead":
         up = g.expand(logistic_weight(xp, p_hat, **weight.options))
         down = g.expand(logistic_weight(xp, 1 - p_hat, **weight.options))
-        # where() broadcasts the per-group weights against the rows: one pass each
-        per_row = xp.where(rows > 0, up, xp.where(rows < 0, down, xp.ones_like(down)))
-    elif weight.name == "dqw":
-        per_row = g.expand(dqw_weights(g, p_hat, **weight.options))
+        # A row of 0 stays 0 whichever weight it gets: one where() picks by sign.
+        weighted = xp.where(rows > 0, up, down) * rows
+
+        def applied() -> Array:
+            return xp.where(rows > 0, up, xp.where(rows < 0, down, xp.ones_like(down)))
+
+        return weighted, applied
+    if weight.name == "dqw":
+        per_group = g.expand(dqw_weights(g, p_hat, **weight.options))
     else:
         assert weight.fn is not None
-        per_row = g.expand(_called(weight.fn, g, p_hat))
-    # A per-group weight stays per group until the product; the rows of weights the result
-    # reports are a broadcast view of it.
-    return rows * per_row, xp.broadcast_to(per_row, rows.shape)
+        per_group = g.expand(_called(weight.fn, g, p_hat))
+    # A per-group weight stays per group until the product (no rows of weights to build).
+    return rows * per_group, lambda: xp.broadcast_to(per_group, rows.shape)
 
 
 def logistic_weight(
