@@ -240,6 +240,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/core.py
 	$(BIN)/python benchmarks/estimators.py
 	$(BIN)/python benchmarks/weights.py
+	$(BIN)/python benchmarks/state.py
 	$(MAKE) bench-rewards
 	if [ -x $(VENV_VERL)/bin/python ]; then $(MAKE) bench-verl; fi
 	if [ -x $(VENV_TRL)/bin/python ]; then $(MAKE) bench-trl; fi

@@ -30,6 +30,15 @@ class Batch:
     inputs: dict[str, np.ndarray]
     singletons: str
     tie: float
+    memory: dict[Any, tuple[float, ...]] | None = None
+    prompt_ids: list[Any] | None = None
+
+    def by_prompt(self) -> dict[Any, np.ndarray]:
+        """The rows of each prompt of ``prompt_ids``, in order of first appearance."""
+        rows: dict[Any, list[int]] = {}
+        for i, prompt in enumerate(self.prompt_ids or ()):
+            rows.setdefault(prompt, []).append(i)
+        return {prompt: np.asarray(idx) for prompt, idx in rows.items()}
 
     def tied(self, r: np.ndarray) -> bool:
         return bool(r.max() - r.min() <= self.tie + self.tie * max(abs(r.max()), abs(r.min())))
@@ -256,6 +265,36 @@ def _remax(b: Batch, o: dict[str, Any]) -> np.ndarray:
     return b.rewards - b.inputs["reward_baselines"]
 
 
+# -- memory across steps (the rules as written: score first, then one update per prompt) -------
+
+
+@reference_of("spo")
+def _spo(b: Batch, o: dict[str, Any]) -> np.ndarray:
+    memory, ids = b.memory, b.prompt_ids
+    assert memory is not None
+    assert ids is not None
+    p_hat = np.array([memory.get(k, o["prior"]) for k in ids])
+    a = b.rewards - p_hat[:, 0] / (p_hat[:, 0] + p_hat[:, 1])
+    out = (a - a.mean()) / (_std(a, 1) + o["eps"])
+    for prompt, idx in b.by_prompt().items():
+        alpha, beta = memory.get(prompt, o["prior"])
+        r = b.rewards[idx]
+        memory[prompt] = (o["rho"] * alpha + r.sum(), o["rho"] * beta + (1 - r).sum())
+    return out
+
+
+@reference_of("rae")
+def _rae(b: Batch, o: dict[str, Any]) -> np.ndarray:
+    memory, ids = b.memory, b.prompt_ids
+    assert memory is not None
+    assert ids is not None
+    out = b.rewards - np.array([memory.get(k, (0.0,))[0] for k in ids])
+    for prompt, idx in b.by_prompt().items():
+        (old,) = memory.get(prompt, (0.0,))
+        memory[prompt] = (o["decay"] * old + (1 - o["decay"]) * b.rewards[idx].mean(),)
+    return out
+
+
 def reference(
     name: str,
     rewards: Iterable[float],
@@ -263,10 +302,14 @@ def reference(
     *,
     singletons: str = "skip",
     tie: float = 1e-6,
+    memory: dict[Any, tuple[float, ...]] | None = None,
+    prompt_ids: list[Any] | None = None,
     **given: Any,
 ) -> np.ndarray:
     """The float64 advantages of estimator ``name``: its options default to the
-    catalogue's, its extra inputs (``response_lengths=``, ...) are given as arrays."""
+    catalogue's, its extra inputs (``response_lengths=``, ...) are given as arrays. A
+    stateful estimator reads and updates ``memory`` (prompt -> its values), keyed by
+    ``prompt_ids``."""
     spec = get_spec(name)
     if spec.name not in REFERENCES:
         raise KeyError(f"no float64 reference for estimator {spec.name!r} in tests/references.py")
@@ -287,5 +330,7 @@ def reference(
         inputs=inputs,
         singletons=singletons,
         tie=tie,
+        memory=memory,
+        prompt_ids=prompt_ids,
     )
     return REFERENCES[spec.name](batch, options)

@@ -42,6 +42,18 @@ def test_weights_benchmark_runs_and_agrees(tmp_path):
     }
 
 
+def test_state_benchmark_runs_and_agrees(tmp_path):
+    output = tmp_path / "state.json"
+    payload = run_benchmark("state", output, "--sizes", "4096", "--repeats", "1")
+    assert payload["problems"] == []  # rae's advantages == r - the remembered baseline
+    assert {r["name"] for r in payload["ratios"]} == {
+        "rae / remax",
+        "spo / remax",
+        "rae, shuffled / remax",
+        "spo, shuffled / remax",
+    }
+
+
 def test_report_collects_results(tmp_path):
     spec = importlib.util.spec_from_file_location("benchmark_report", BENCHMARKS / "report.py")
     report = importlib.util.module_from_spec(spec)

@@ -253,6 +253,10 @@ def test_explain_takes_aliases_and_refuses_estimators_needing_inputs():
     components = runner.invoke(app, ["explain", "--estimators", "gdpo", "-G", "4"])
     assert components.exit_code == 2
     assert "gdpo takes several rewards per rollout" in " ".join(components.output.split())
+    for name in ("spo", "rae"):  # their advantage for k of G depends on the prompt's history
+        remembering = runner.invoke(app, ["explain", "--estimators", name, "-G", "4"])
+        assert remembering.exit_code == 2
+        assert f"{name} remembers each prompt across steps" in " ".join(remembering.output.split())
 
 
 def test_version_and_a_huge_group_size_are_one_line_answers():

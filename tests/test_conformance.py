@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from advbudget import compute_advantages, estimator_names, get_spec, make_groups
+from advbudget import EstimatorState, compute_advantages, estimator_names, get_spec, make_groups
 from advbudget.core.estimators import BUILTINS
 from advbudget.testing import assert_close, to_numpy
 
@@ -32,7 +32,7 @@ def test_every_estimator_has_a_reference() -> None:
 # Estimators defined on part of the rewards only (passk: binary; maxrl: a positive group
 # mean, it warns otherwise: tests/test_maxrl_passk.py; gdpo: reward components, [N, 3]),
 # and options the battery sets.
-DOMAIN = {"passk": "binary", "maxrl": "nonnegative", "gdpo": "components"}
+DOMAIN = {"passk": "binary", "maxrl": "nonnegative", "gdpo": "components", "spo": "unit"}
 OPTIONS: dict[str, dict[str, Any]] = {"passk": {"k": 2}}
 
 
@@ -58,6 +58,8 @@ def _batch(
         rewards = rewards + rng.normal(size=shape) * (rng.random(shape) < 0.3)
         if domain == "nonnegative":
             rewards = np.abs(rewards)
+        if domain == "unit":
+            rewards = np.clip(np.abs(rewards), 0, 1)
     start = 0
     for k, size in enumerate(sizes):  # every third group constant, some in one column
         if k % 3 == 2:
@@ -103,6 +105,9 @@ def test_matches_its_reference(xp: Any, name: str, layout: str) -> None:
         inputs = {**_inputs(name, rng, len(rewards)), **OPTIONS.get(name, {})}
         raw = trial % 2 == 1 and 1 in sizes
         singletons = "raw" if raw and spec.raw_singletons else "skip"
+        if spec.tracker is not None:
+            _check_memory(xp, name, rewards, labels, sizes, layout, rng)
+            continue
         expected = reference(name, rewards, labels, singletons=singletons, **inputs)
         for dtype in (xp.float64, xp.float32):
             r = xp.asarray(rewards, dtype=dtype)
@@ -128,6 +133,38 @@ def test_matches_its_reference(xp: Any, name: str, layout: str) -> None:
                 for idx, kept in zip(_members(labels), updated, strict=True):
                     valid[idx] = kept
                 assert to_numpy(result.valid).tolist() == valid.tolist()
+
+
+def _check_memory(
+    xp: Any,
+    name: str,
+    rewards: np.ndarray,
+    labels: list[str],
+    sizes: list[int],
+    layout: str,
+    rng: np.random.Generator,
+) -> None:
+    """Three steps of a stateful estimator on one state against the reference's memory,
+    with prompts that cut across groups (several rows of a prompt in a step, a prompt
+    absent from a step)."""
+    steps = [rng.choice(["a", "b", "c", 7], size=len(rewards)).tolist() for _ in range(3)]
+    for dtype in (xp.float64, xp.float32):
+        memory: dict[Any, tuple[float, ...]] = {}
+        state = EstimatorState()
+        for step, prompt_ids in enumerate(steps):
+            shown = rewards[::-1].copy() if step == 1 else rewards
+            expected = reference(name, shown, labels, memory=memory, prompt_ids=prompt_ids)
+            r = xp.asarray(shown, dtype=dtype)
+            result = compute_advantages(
+                r, name, **_grouping(layout, r, labels, sizes), state=state, prompt_ids=prompt_ids
+            )
+            tol = 1e-10 if dtype == xp.float64 else 2e-4
+            assert_close(result.advantages, expected, xp=xp, dtype=dtype, rtol=tol, atol=tol)
+            assert to_numpy(result.valid).all()
+            for prompt, values in memory.items():  # the memory itself, in float64
+                assert state.values(prompt) is not None
+                got = list(state.values(prompt).values())
+                np.testing.assert_allclose(got, values, rtol=tol)
 
 
 def _members(labels: list[str]) -> list[np.ndarray]:

@@ -206,7 +206,9 @@ def test_experiment_summaries():
     assert len(entropy.entropy_coefs) > 1
 
 
-@pytest.mark.parametrize("experiment", ["compare", "kappa", "entropy", "kl", "group-size"])
+@pytest.mark.parametrize(
+    "experiment", ["compare", "kappa", "entropy", "kl", "group-size", "difficulty"]
+)
 def test_cli_quick_writes_json_and_pngs(tmp_path, experiment):
     out = tmp_path / "demo"
     plot = experiment in ("compare", "entropy")  # plotting is the slow part: twice is enough

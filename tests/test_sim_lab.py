@@ -236,6 +236,48 @@ def test_compare_reading_follows_the_numbers():
     assert "budgeting ends level at step 800 (+0.0 ±" in level
 
 
+def test_difficulty_changes_only_the_estimators():
+    # Each estimator at its defaults, on compare's settings: nothing tuned for this one.
+    for regime in REGIMES:
+        config = experiment_config("difficulty", regime=regime)
+        assert [label for label, _ in config.arms()] == [
+            "budget", "grpo", "grpo+grpo_lead", "dgpo", "maxrl", "spo", "rae",
+        ]  # fmt: skip
+        compare = experiment_config("compare", regime=regime)
+        assert replace(config, name="compare", estimators=compare.estimators) == compare
+
+
+def test_difficulty_table_and_reading_split_hard_and_routine():
+    def arm(label, final, hard, routine):
+        summary = {
+            "final_accuracy": {"per_seed": final},
+            "final_accuracy_hard": {"per_seed": hard},
+            "final_accuracy_routine": {"per_seed": routine},
+            "escape_step": {"per_seed": [100, 110, 120]},
+            "final_hard_types_discovered": {"per_seed": [4] * 3},
+            "final_entropy": {"per_seed": [0.2] * 3},
+            "accuracy_at_800": {"per_seed": final},
+        }
+        return {"label": label, "run": {"estimator": label}, "summary": summary}
+
+    data = fake_compare([0.7] * 3, [0.7] * 3, [1] * 3, [1] * 3, [4] * 3)
+    data["config"]["name"] = "difficulty"
+    data["ceiling"].update(accuracy_hard=0.8, accuracy_routine=0.84)
+    data["arms"] = [
+        arm("budget", [0.76, 0.77, 0.78], [0.60, 0.62, 0.64], [0.80, 0.80, 0.80]),
+        arm("grpo+grpo_lead", [0.77, 0.77, 0.77], [0.50, 0.50, 0.50], [0.82, 0.83, 0.84]),
+    ]
+    columns = _report.experiment_columns(data)
+    assert columns[:4] == ["arm", "final acc", "hard acc", "routine acc"]
+    rows = _report.experiment_rows(data)
+    assert all(len(row) == len(columns) for row in rows)
+    assert rows[0][:4] == ["budget", "77.0 ±1.0", "62.0 ±2.0", "80.0 ±0.0"]
+    assert rows[-2][:4] == ["ceiling", "82.0", "80.0", "84.0"]
+    reading = _report.sweep_reading(data)
+    assert "budget − each arm at step 800" in reading
+    assert "grpo+grpo_lead +0.0 ±0.6 (hard +12.0 ±1.2, routine -3.0 ±0.6)" in reading
+
+
 def test_map_numbers_are_paired_differences():
     result = run_map(map_config(quick=True))
     for cell in result["cells"]:

@@ -9,16 +9,23 @@ adapter is only how its framework hands over a batch and takes these back.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from advbudget._ledger import PromptLedger
-from advbudget.core import AdvantageResult, KappaPairs, kappa_pairs
+from advbudget.core import (
+    AdvantageResult,
+    EstimatorSpec,
+    EstimatorState,
+    KappaPairs,
+    kappa_pairs,
+)
 from advbudget.metrics import advantage_metric_dict, advantage_metrics, group_outcomes
 
 from ._options import AdapterOptions
@@ -119,6 +126,112 @@ def update_ledger(ledger: PromptLedger, step: Step, prompts: Sequence[Any]) -> d
         return {}
     ledger.update(prompts, group_outcomes(step.result, solved_reward))
     return defined({step.prefix + key: value for key, value in ledger.metrics().items()})
+
+
+class RunMemory:
+    """What a run keeps across steps and in the trainer's checkpoints: the prompt ledger
+    (when on) and, for an estimator with memory (``spo``, ``rae``), its
+    :class:`~advbudget.EstimatorState`. It lives where the advantages are computed (the
+    driver under Ray); :meth:`state_dict` is JSON, written where the framework's
+    checkpoint is, and :meth:`from_state_dict` restores it on resume.
+
+    Examples:
+        >>> import json
+        >>> memory = RunMemory()
+        >>> memory.ledger = PromptLedger()
+        >>> again = RunMemory.from_state_dict(json.loads(json.dumps(memory.state_dict())))
+        >>> again.ledger is not None, again.estimator_state is None
+        (True, True)
+    """
+
+    def __init__(self) -> None:
+        self.ledger: PromptLedger | None = None
+        self.estimator_state: EstimatorState | None = None
+
+    def __bool__(self) -> bool:
+        """Whether there is anything to save."""
+        return self.ledger is not None or self.estimator_state is not None
+
+    def keywords(
+        self,
+        spec: EstimatorSpec,
+        row_prompts: Sequence[Any] | None,
+        where: str,
+        *,
+        remember: bool = True,
+    ) -> dict[str, Any]:
+        """The :func:`~advbudget.compute_advantages` keywords of an estimator with memory:
+        this run's state and one stable prompt identity per row (``row_prompts``, as the
+        ledger's); none for the others. ``where`` names, in the error, what the framework
+        failed to hand over. ``remember=False`` (an evaluation pass): scored against the
+        run's memory, which it leaves as it was."""
+        if spec.tracker is None:
+            return {}
+        if row_prompts is None:
+            raise ValueError(
+                f"prompt_ids: estimator {spec.name!r} remembers each prompt across steps and "
+                f"needs a stable identity per rollout; {where}"
+            )
+        if self.estimator_state is None:
+            self.estimator_state = EstimatorState()
+        state = self.estimator_state if remember else self.estimator_state.copy()
+        return {"state": state, "prompt_ids": list(row_prompts)}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The memory as plain JSON types."""
+        return {
+            "version": _MEMORY_VERSION,
+            "prompt_ledger": None if self.ledger is None else self.ledger.state_dict(),
+            "estimator_state": (
+                None if self.estimator_state is None else self.estimator_state.state_dict()
+            ),
+        }
+
+    @classmethod
+    def from_state_dict(cls, state: Mapping[str, Any]) -> RunMemory:
+        """The memory :meth:`state_dict` saved; a checkpoint written before the estimator
+        state existed holds the ledger alone, and reads as that."""
+        memory = cls()
+        if "codes" in state:  # a bare PromptLedger.state_dict()
+            ledger_state, estimator_state = state, None
+        elif state.get("version") == _MEMORY_VERSION:
+            ledger_state, estimator_state = state["prompt_ledger"], state["estimator_state"]
+        else:
+            raise ValueError(
+                f"state: expected a RunMemory.state_dict() of version {_MEMORY_VERSION}, got "
+                f"version {state.get('version')!r}"
+            )
+        if ledger_state is not None:
+            memory.ledger = PromptLedger()
+            memory.ledger.load_state_dict(ledger_state)
+        if estimator_state is not None:
+            memory.estimator_state = EstimatorState.from_state_dict(estimator_state)
+        return memory
+
+    def with_ledger(self, on: bool) -> RunMemory:
+        """This memory with the ledger a run asked for: kept (or started) when ``on``,
+        dropped otherwise (a run may resume with the ledger turned on or off)."""
+        if not on:
+            self.ledger = None
+        elif self.ledger is None:
+            self.ledger = PromptLedger()
+        return self
+
+
+_MEMORY_VERSION = 1
+
+
+def check_memory(spec: EstimatorSpec, options: AdapterOptions, key: str) -> None:
+    """Refuse what an estimator with memory cannot do: ``skipped_groups="resample"``
+    scores a step's prompts once per generation round and again on the assembled batch,
+    and each scoring would update the memory. ``key`` is the framework's key of
+    ``skipped_groups``."""
+    if spec.tracker is not None and options.skipped_groups == "resample":
+        raise ValueError(
+            f"{key}: estimator {spec.name!r} remembers each prompt across steps, which "
+            "'resample' would update once per generation round; expected 'keep' or 'drop', "
+            "got 'resample'"
+        )
 
 
 def kappa_due(options: AdapterOptions, step_number: int) -> bool:
@@ -250,6 +363,41 @@ def take_published(rows: int) -> AdvantageResult | None:
     if result is None or int(result.advantages.shape[0]) != rows:
         return None
     return result
+
+
+class _Lent(threading.local):
+    memory: tuple[RunMemory, Sequence[Any], bool] | None = None
+
+
+_LENT = _Lent()
+
+
+@contextlib.contextmanager
+def lend_memory(
+    memory: RunMemory, row_prompts: Sequence[Any], *, remember: bool = True
+) -> Iterator[None]:
+    """For a framework that calls the estimator itself with the rewards alone (tunix,
+    verl): the run's memory and the step's prompt of each row, lent to the estimator calls
+    made in this thread while the block runs (:func:`lent_keywords`): the way back of
+    :func:`publish`."""
+    previous, _LENT.memory = _LENT.memory, (memory, row_prompts, remember)
+    try:
+        yield
+    finally:
+        _LENT.memory = previous
+
+
+def lent_keywords(spec: EstimatorSpec, rows: int, where: str) -> dict[str, Any]:
+    """Inside an estimator call: the :func:`~advbudget.compute_advantages` keywords of an
+    estimator with memory, from what :func:`lend_memory` lent this thread (prompts of
+    another batch than the ``rows`` rewards count as none); none for the others."""
+    if spec.tracker is None:
+        return {}
+    lent = _LENT.memory
+    if lent is None or len(lent[1]) != rows:
+        return RunMemory().keywords(spec, None, where)  # raises, naming what is missing
+    memory, row_prompts, remember = lent
+    return memory.keywords(spec, row_prompts, where, remember=remember)
 
 
 def _host(values: Any) -> np.ndarray:

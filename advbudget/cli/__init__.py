@@ -138,6 +138,8 @@ def explain(
         weighted=False,
         rewards_only="explain shows estimators of the reward alone (in Python: "
         "advbudget.theory.implied_slope(name, G, p, <input>=...))",
+        memory="its advantage for k of G depends on the prompt's history, which explain "
+        "does not have",
     )
     if plot is not None:
         _check_plot(plot)

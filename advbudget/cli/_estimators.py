@@ -17,6 +17,7 @@ def parse_estimators(
     rewards_only: str | None = None,
     option: str = "--estimators",
     weighted: bool = True,
+    memory: str | None = None,
 ) -> tuple[str, ...]:
     """The names of ``text`` (comma-separated; names and aliases of the catalogue, plugins
     included). Unknown names, an empty list and, when ``rewards_only`` (why the command
@@ -57,5 +58,11 @@ def parse_estimators(
                     f"{name} needs per-rollout inputs ({', '.join(needs)}) beside the "
                     f"reward; {rewards_only}",
                     param_hint=option,
+                )
+    if memory is not None:
+        for name in (bases[n] for n in names):
+            if get_spec(name).tracker is not None:
+                raise typer.BadParameter(
+                    f"{name} remembers each prompt across steps; {memory}", param_hint=option
                 )
     return names

@@ -127,6 +127,37 @@ def _weights_section() -> list[str]:
     return lines
 
 
+def _memory_section() -> list[str]:
+    """``state=``/``prompt_ids=``: the rules of the estimators with memory, and where each
+    trainer finds a prompt's identity and keeps the state."""
+    names = ", ".join(f"`{spec.name}`" for spec in BUILTINS if spec.tracker is not None)
+    return [
+        "",
+        "## Memory across steps: `state=`, `prompt_ids=`",
+        "",
+        f"{names} score each rollout against what its prompt's earlier rewards built. Pass "
+        "the same `advbudget.EstimatorState()` to every call, with `prompt_ids=`: one stable "
+        "identity per rollout (a dataset index or the prompt text, keyed by "
+        "`advbudget.metrics.prompt_key`; not a per-step uuid). A call scores every rollout "
+        "against the memory as the call found it, then updates each prompt once, from its "
+        "rollouts with a reward (a prompt whose rollouts are all NaN is not touched). An "
+        "unseen prompt starts from the prior (`spo`: `prior=(0.5, 0.5)`, or per-rollout "
+        "arrays such as offline pass rates; `rae`: a baseline of 0). One state serves one "
+        "estimator; `state.state_dict()` is JSON and "
+        "`EstimatorState.from_state_dict(d)` continues exactly. Memory is O(prompts); a "
+        "call makes a few vectorised passes and sorts over the batch (integer ids need no "
+        "Python loop over the rollouts, text ids are hashed once each; costs in "
+        "`benchmarks/results/state.md`). Refused inside `jax.jit`, and with "
+        "`skipped_groups=resample` (which would score a step's prompts once per generation "
+        "round).",
+        "",
+        "In the trainers (the same option as any estimator; the state is saved with the "
+        "trainer's checkpoint and restored on resume):",
+        "",
+        *[f"- {c.framework}: {c.memory}." for c in CONVENTIONS.values()],
+    ]
+
+
 def estimators_markdown() -> str:
     """The page: a summary table, then one section per estimator."""
     lines = [HEADER, "| name | advantage | from |", "|---|---|---|"]
@@ -151,8 +182,15 @@ def estimators_markdown() -> str:
         lines.append(f"- **skipped groups**: {_skips(spec)}")
         if spec.batch_statistics:
             lines.append(f"- **batch statistics**: {spec.batch_statistics}")
+        if spec.tracker is not None:
+            fields = ", ".join(spec.tracker.fields)
+            lines.append(
+                f"- **memory**: per prompt ({fields}), across steps: `state=`, `prompt_ids=` "
+                "(see [Memory across steps](#memory-across-steps-state-prompt_ids))"
+            )
         lines.append(f"- **in the trainers**: {_frameworks(spec)}")
     lines += _weights_section()
+    lines += _memory_section()
     lines += [
         "",
         "## Where each trainer gets the whole batch",

@@ -26,6 +26,7 @@ from ._kappa import (
     sequence_logprobs,
 )
 from ._result import AdvantageResult
+from ._state import EstimatorState, Tracker
 from ._stats import GroupedRewards
 from ._tokens import reward_to_go, token_advantages, whiten_tokens
 from .estimators import (
@@ -52,12 +53,14 @@ __all__ = [
     "Convention",
     "Estimator",
     "EstimatorSpec",
+    "EstimatorState",
     "GroupedRewards",
     "Groups",
     "Input",
     "KappaPairs",
     "Option",
     "Rule",
+    "Tracker",
     "budget_advantage",
     "compute_advantages",
     "dr_advantage",

@@ -24,6 +24,7 @@ from ._components import has_components, reward_columns
 from ._groups import Contiguous, GroupMethod, Groups
 from ._labels import build_groups
 from ._result import AdvantageResult
+from ._state import EstimatorState, start_call
 from ._stats import GroupedRewards, Singletons, group_rewards
 from ._weights import parse_group_weight, weigh
 from .estimators import Estimator, EstimatorSpec, as_spec, estimator_specs
@@ -48,6 +49,8 @@ def compute_advantages(
     singletons: Singletons = "skip",
     group_weight: Any = None,
     solved_reward: float = 1.0,
+    state: EstimatorState | None = None,
+    prompt_ids: Any = None,
     **options: Any,
 ) -> AdvantageResult:
     """Advantages of any registered estimator, with the valid mask and group statistics.
@@ -94,6 +97,14 @@ def compute_advantages(
             solved_reward - (tie_atol + tie_rtol * |solved_reward|)`` (default 1.0: on 0/1
             and ±1 rewards, "reward > 0"). p̂ is the solved share of a group's rollouts
             with a reward, 0 for a group with none.
+        state: for an estimator that remembers prompts across steps (``"spo"``,
+            ``"rae"``): its :class:`EstimatorState`, the same object every step. Each
+            rollout is scored against its prompt's memory as the call found it; the memory
+            is then updated once per prompt, from its rollouts with a reward. Such an
+            estimator skips only groups with no reward, so ``group_size=1`` is normal.
+        prompt_ids: with ``state``: one stable identity per rollout (a list, or a 1-D
+            array of ints or strings: dataset indices or prompt texts, keyed by
+            :func:`advbudget.metrics.prompt_key`), not per-step uuids.
         **options: the estimator's own options (``budget=``; ``eps=``, ``std_correction=``)
             and extra inputs (``response_lengths=``: one value per rollout).
 
@@ -162,10 +173,23 @@ def compute_advantages(
     if bar != grouped.solved_reward:
         grouped = dataclasses.replace(grouped, solved_reward=bar)
     inputs = _input_rows(spec, given_inputs, grouped)
+    call = None
+    if spec.tracker is not None:
+        call, inputs["tracked"] = start_call(
+            spec.name, spec.tracker, state, prompt_ids, grouped, resolved
+        )
+    elif state is not None or prompt_ids is not None:
+        raise ValueError(
+            f"{'state' if state is not None else 'prompt_ids'}: estimator {spec.name!r} "
+            "keeps no memory across steps (those that do: "
+            f"{', '.join(s.name for s in estimator_specs() if s.tracker)})"
+        )
     rows = spec.fn(grouped, **resolved, **inputs)
     weight_rows = None
     if weight is not None:
         rows, weight_rows = weigh(weight, grouped, rows)
+    if call is not None:  # after every check passed: a failed call leaves the state as it was
+        call.commit()
     return AdvantageResult(
         advantages=grouped.groups.flat(rows),
         estimator=spec.name,

@@ -47,6 +47,8 @@ class Convention:
         extra_names: further framework names (kept from earlier releases).
         metric_prefix: the key prefix of our metrics in the framework's logs.
         kappa_every: κ_eff is logged every this many steps by default (0: off).
+        memory: for an estimator with memory, where the adapter finds each rollout's
+            prompt identity and where it keeps the state across a resume (docs).
         whole_batch: how the adapter hands the core the whole batch (for estimators with
             batch statistics).
         components: where the adapter finds a rollout's reward components (for
@@ -67,6 +69,7 @@ class Convention:
     metric_prefix: str = "advbudget/"
     kappa_every: int = 10
     whole_batch: str = ""
+    memory: str = ""
     components: str = ""
 
     def name_of(self, estimator: str) -> str:

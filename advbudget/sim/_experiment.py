@@ -21,7 +21,11 @@ from ._ceiling import Ceiling, task_ceiling
 from ._task import Float, Task, TaskConfig, make_task
 from ._train import HISTORY_KEYS, RunConfig, train
 
-EXPERIMENTS = ("compare", "kappa", "entropy", "kl", "group-size")
+EXPERIMENTS = ("compare", "kappa", "entropy", "kl", "group-size", "difficulty")
+# The ``difficulty`` experiment: advantages whose size follows how hard a prompt is (its
+# group's success rate, a weight over the batch, or a per-prompt tracker across steps: spo,
+# rae), with GRPO, the baseline, beside them.
+DIFFICULTY = ("budget", "grpo", "grpo+grpo_lead", "dgpo", "maxrl", "spo", "rae")
 # The policy has escaped the routine-only plateau once its accuracy on hard types reaches
 # this fraction of the best any linear policy gets there (the held-out bound's).
 ESCAPE_FRACTION = 0.5
@@ -219,7 +223,9 @@ def experiment_config(
     GRPO and budget without and with an entropy term (0.01, 0.03, 0.1) in the loss or
     in the reward, for the first half of training. ``kl``: every lab estimator with
     the KL off (β = 0), at verl's default β = 0.001 and at β = 0.01. ``group-size``:
-    GRPO, Dr and budget at G = 4, 8, 16, 32 (B = 32 prompts a step). ``regime``
+    GRPO, Dr and budget at G = 4, 8, 16, 32 (B = 32 prompts a step). ``difficulty``:
+    the difficulty-aware advantages side by side, each at its defaults (``DIFFICULTY``).
+    ``regime``
     (``transient`` or ``persistent``, see ``REGIMES``) sets the task, the horizon and
     the reported horizons. ``quick=True`` shrinks everything to a few seconds (for
     tests and smoke runs).
@@ -256,6 +262,8 @@ def experiment_config(
         defaults.update(betas=(0.0, 0.001, 0.01))
     elif name == "group-size":
         defaults.update(estimators=("grpo", "dr", "budget"), group_sizes=(4, 8, 16, 32))
+    elif name == "difficulty":
+        defaults.update(estimators=DIFFICULTY)
     if quick:
         defaults.update(
             seeds=(0, 1),

@@ -84,24 +84,34 @@ def horizons(data: dict[str, Any]) -> list[int]:
     return sorted(int(key.rsplit("_", 1)[1]) for key in summary if key.startswith("accuracy_at_"))
 
 
+def _by_type(data: dict[str, Any]) -> bool:
+    """Whether the table splits the final accuracy into hard and routine prompt types (the
+    difficulty experiment, whose estimators differ in how they treat the two)."""
+    return bool(data["config"]["name"] == "difficulty")
+
+
 def experiment_columns(data: dict[str, Any]) -> list[str]:
     """Column titles of an experiment's table."""
     last = "final KL" if data["config"]["name"] in ("kappa", "kl") else "entropy"
     gaps = [f"gap@{h}" for h in horizons(data)]
-    return ["arm", "final acc", *gaps, "found", "escape", last]
+    by_type = ["hard acc", "routine acc"] if _by_type(data) else []
+    return ["arm", "final acc", *by_type, *gaps, "found", "escape", last]
 
 
 def experiment_rows(data: dict[str, Any]) -> list[list[str]]:
     """One row per arm (mean ±std over seeds), then the ceiling and the oracle.
 
-    ``gap@t``: the ceiling minus the accuracy at step t (points, lower is better);
-    ``found``: hard types whose specialist has probability > 0.5 at the end (mean over
-    seeds, out of the task's hard types); ``escape``: the first step at which the
-    hard-type accuracy reaches half the held-out bound's (seeds that got there).
+    ``hard acc``, ``routine acc`` (the difficulty experiment only): the final accuracy
+    on prompts of hard and of routine types; ``gap@t``: the ceiling minus the accuracy at
+    step t (points, lower is better); ``found``: hard types whose specialist has
+    probability > 0.5 at the end (mean over seeds, out of the task's hard types);
+    ``escape``: the first step at which the hard-type accuracy reaches half the held-out
+    bound's (seeds that got there).
     """
     ceiling = data["ceiling"]
     hard_types = data["config"]["task"]["hard_types"]
     kl = data["config"]["name"] in ("kappa", "kl")
+    kinds = ("accuracy_hard", "accuracy_routine") if _by_type(data) else ()
     rows = []
     for arm in data["arms"]:
         s = arm["summary"]
@@ -115,17 +125,19 @@ def experiment_rows(data: dict[str, Any]) -> list[list[str]]:
             [
                 arm["label"],
                 _mean_std(s["final_accuracy"]["per_seed"], 100, 1),
+                *(_mean_std(s[f"final_{kind}"]["per_seed"], 100, 1) for kind in kinds),
                 *gaps,
                 f"{np.mean(found):.1f}/{hard_types}" if found else "n/a",
                 _escape(s["escape_step"]["per_seed"]),
                 f"{np.mean(_finite(s[last_key]['per_seed'])):.2f}",
             ]
         )
-    blanks = [""] * (len(horizons(data)) + 3)
+    blanks = [""] * (len(horizons(data)) + 3 + len(kinds))
     rows.append(
         [
             "ceiling",
             _points(ceiling["accuracy"]),
+            *(_points(ceiling[kind]) for kind in kinds),
             *["0"] * len(horizons(data)),
             f"{ceiling['hard_types_discovered']}/{hard_types}",
             "",
@@ -239,6 +251,8 @@ def sweep_reading(data: dict[str, Any]) -> str:
         return compare_reading(data, first)
     if name == "group-size":
         return _group_size_reading(data)
+    if name == "difficulty":
+        return _difficulty_reading(data)
     steps = data["config"]["steps"]
     parts = []
     estimators = list(dict.fromkeys(arm["run"]["estimator"] for arm in data["arms"]))
@@ -302,6 +316,28 @@ def _group_size_reading(data: dict[str, Any]) -> str:
         if cells:
             parts.append(f"budget − {other}: " + ", ".join(cells))
     return f"Reading (final accuracy at step {steps}, paired, points): " + "; ".join(parts) + "."
+
+
+def _difficulty_reading(data: dict[str, Any]) -> str:
+    """Budget against every other arm, paired by seed: final accuracy, then its hard- and
+    routine-type parts (where a difficulty-aware estimator gains and what it pays)."""
+    mine = _arm(data, REFERENCE)
+    if mine is None:
+        return f"Reading: needs the {REFERENCE} arm."
+    parts = []
+    for theirs in data["arms"]:
+        if theirs is mine:
+            continue
+        cells = []
+        for key in ("final_accuracy", "final_accuracy_hard", "final_accuracy_routine"):
+            delta, se, _, _ = paired(_per_seed(mine, key), _per_seed(theirs, key))
+            cells.append(f"{100 * delta:+.1f} {_pm(se)}")
+        parts.append(f"{theirs['label']} {cells[0]} (hard {cells[1]}, routine {cells[2]})")
+    steps = data["config"]["steps"]
+    return (
+        f"Reading (budget − each arm at step {steps}, paired, points: final accuracy, and "
+        "on hard and routine types): " + "; ".join(parts) + "."
+    )
 
 
 # The map ------------------------------------------------------------------------------

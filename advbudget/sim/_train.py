@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..checks import int_at_least, nonnegative_finite
-from ..core import compute_advantages, get_spec
+from ..core import EstimatorState, compute_advantages, get_spec
 from ..core._weights import split_weighted
 from ..metrics import advantage_metrics, kappa_eff, summarize
 from ._policy import Minibatch, surrogate_loss
@@ -188,6 +188,9 @@ def train(
             history[key][step] = value
 
     evaluate(0)
+    base, weight = split_weighted(config.estimator)
+    # An estimator with memory (spo, rae) keeps it across the run, keyed by prompt index.
+    state = EstimatorState() if get_spec(base).tracker is not None else None
     order = rng.permutation(task.train.size)
     cursor = 0
     group_size, per_minibatch = config.group_size, config.prompts_per_step // config.minibatches
@@ -209,9 +212,13 @@ def train(
         bonus_on = config.entropy_until is None or step <= config.entropy_until
         in_reward = bonus_on and config.entropy_in == "reward" and config.entropy_coef > 0
         shaped = rewards - config.entropy_coef * old if in_reward else rewards
-        base, weight = split_weighted(config.estimator)
         result = compute_advantages(
-            shaped.reshape(-1), base, group_size=group_size, group_weight=weight
+            shaped.reshape(-1),
+            base,
+            group_size=group_size,
+            group_weight=weight,
+            state=state,
+            prompt_ids=None if state is None else prompts.repeat(group_size),
         )
         advantages = np.asarray(result.advantages, dtype=np.float64).reshape(rewards.shape)
         in_loss = bonus_on and config.entropy_in == "loss"

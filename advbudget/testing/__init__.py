@@ -15,6 +15,7 @@ function runs, so ``import advbudget.testing`` imports none.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import array_api_compat
@@ -22,7 +23,7 @@ import numpy as np
 
 from ..core._arrays import device_of
 
-__all__ = ["assert_close", "rounding_tolerance", "to_numpy"]
+__all__ = ["assert_close", "assert_memory_replays", "rounding_tolerance", "to_numpy"]
 
 _UNSET: Any = object()
 
@@ -127,6 +128,44 @@ def rounding_tolerance(
         raise ValueError(f"dtype: expected a floating dtype to accumulate in, got {accumulation}")
     scale = float(np.max(np.abs(values))) if values.size else 0.0
     return slack * terms * float(np.finfo(accumulation).eps) * scale
+
+
+def assert_memory_replays(
+    calls: Sequence[Mapping[str, Any]],
+    estimator: str,
+    *,
+    rtol: float = 1e-6,
+    atol: float = 1e-6,
+    **options: Any,
+) -> None:
+    """Check a run of an estimator with memory (``spo``, ``rae``) against the core: each
+    call (``{"prompt_ids": [...], "rewards": [...], "advantages": [...]}``, in the run's
+    order, a resume's calls after the run it resumed) must equal
+    :func:`~advbudget.compute_advantages` on one :class:`~advbudget.EstimatorState` fed
+    the calls before it, as an uninterrupted run computes them; and the last call must
+    differ from the same call on a fresh state (else the check could not see a memory
+    lost on the way, e.g. by a resume)."""
+    from .. import EstimatorState, compute_advantages
+
+    def scored(call: Mapping[str, Any], memory: EstimatorState) -> Any:
+        rewards = np.asarray(call["rewards"], dtype=np.float64)
+        return compute_advantages(
+            rewards, estimator, group_size=1, prompt_ids=call["prompt_ids"], state=memory,
+            **options,
+        ).advantages  # fmt: skip
+
+    state, fresh = EstimatorState(), None
+    for number, call in enumerate(calls):
+        fresh = scored(call, EstimatorState())
+        np.testing.assert_allclose(
+            call["advantages"], scored(call, state), rtol=rtol, atol=atol,
+            err_msg=f"call {number}: not the advantages of an uninterrupted run",
+        )  # fmt: skip
+    if fresh is not None and np.allclose(calls[-1]["advantages"], fresh, rtol=rtol, atol=atol):
+        raise AssertionError(
+            "the last call equals a call on a fresh state: it cannot tell a memory kept from "
+            "one lost"
+        )
 
 
 def _numpy_dtype(dtype: Any) -> Any:

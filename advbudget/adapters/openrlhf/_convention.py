@@ -36,4 +36,8 @@ OPENRLHF = Convention(
     returns=MappingProxyType({"reinforce": "reward", "reinforce_baseline": "dr"}),
     extra_names=MappingProxyType({"reward_budget": "budget"}),
     whole_batch="every experience of the step, concatenated, in the PPOTrainer actor",
+    memory=(
+        "identity: the prompt text of each sample; state: the checkpoint's `client_states` "
+        "(`advbudget_memory`), in the PPOTrainer actor"
+    ),
 )

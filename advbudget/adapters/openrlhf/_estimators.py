@@ -52,6 +52,7 @@ from advbudget.core import compute_advantages, get_spec, make_groups, whiten_tok
 from advbudget.metrics import PromptLedger
 
 from .._features import (
+    RunMemory,
     Step,
     dropped_rows,
     group_prompts,
@@ -160,7 +161,11 @@ def compute_advantages_and_returns(
     slots = list(itertools.chain.from_iterable(e.index for e in experiences))
     groups = make_groups(rewards, group_size=n, positions=slots)
     inputs = _inputs(name, core, experiences, rewards)
-    result = compute_advantages(rewards, core, groups=groups, **options, **inputs)
+    texts = _prompt_texts(experiences, rewards.numel())
+    memory = run_memory(maker).keywords(
+        get_spec(core), texts, "OpenRLHF's experiences carry no prompt text (experience.prompts)"
+    )
+    result = compute_advantages(rewards, core, groups=groups, **options, **inputs, **memory)
     step = Step(result, run, METRIC_PREFIX)  # the step's one result: every feature reads it
 
     # OpenRLHF whitens the per-token returns of its reinforce and reinforce_baseline over
@@ -204,7 +209,7 @@ def compute_advantages_and_returns(
         std = groups.rows(rewards).std(-1, keepdim=True)
         info["group_reward_std"] = groups.flat(std.expand(-1, n))
     metrics = per_sample_metrics(step)
-    metrics.update(_ledger_metrics(maker, experiences, step))
+    metrics.update(_ledger_metrics(maker, texts, step))
     starts = list(itertools.accumulate([0, *sizes[:-1]]))  # each experience's first sample
 
     # Each experience gets views of batch tensors when Ray ships a view's own elements,
@@ -318,29 +323,39 @@ def _inputs(name: str, core: str, experiences: list[Any], rewards: Any) -> dict[
     return out
 
 
-LEDGER_ATTR = "_advbudget_prompt_ledger"
+MEMORY_ATTR = "_advbudget_memory"
 
 
-def prompt_ledger(maker: Any) -> PromptLedger:
-    """The run's :class:`~advbudget.metrics.PromptLedger`, kept on the experience maker
-    (saved with OpenRLHF's checkpoint and restored on resume by the patch)."""
-    ledger = getattr(maker, LEDGER_ATTR, None)
-    if ledger is None:
-        ledger = PromptLedger()
-        setattr(maker, LEDGER_ATTR, ledger)
-    return ledger
+def run_memory(maker: Any) -> RunMemory:
+    """The run's prompt ledger and estimator memory, kept on the experience maker (in the
+    trainer actor under Ray; saved with OpenRLHF's checkpoint and restored on resume by
+    the patch)."""
+    memory = getattr(maker, MEMORY_ATTR, None)
+    if memory is None:
+        memory = RunMemory()
+        setattr(maker, MEMORY_ATTR, memory)
+    return memory
 
 
-def _ledger_metrics(maker: Any, experiences: list[Any], step: Step) -> dict[str, list[float]]:
-    """Record the batch in the run's prompt ledger, keyed by each group's prompt text
-    (``experience.prompts``, the text sent to vLLM: the same every epoch); return its
-    metrics as per-sample lists (every sample the run's value). Nothing when the
-    solved/unsolved split is off or the experiences carry no prompt text."""
+def _prompt_texts(experiences: list[Any], num: int) -> list[str] | None:
+    """Each sample's prompt text (``experience.prompts``, the text sent to vLLM: the same
+    every epoch), in experience order: the identity the ledger and an estimator's memory
+    key on. None when the experiences do not carry one per sample."""
     texts = list(itertools.chain.from_iterable(e.prompts or [] for e in experiences))
-    num = int(step.result.advantages.shape[0])
-    if not step.options.prompt_ledger or len(texts) != num:
+    return texts if len(texts) == num else None
+
+
+def _ledger_metrics(maker: Any, texts: list[str] | None, step: Step) -> dict[str, list[float]]:
+    """Record the batch in the run's prompt ledger, keyed by each group's prompt text;
+    return its metrics as per-sample lists (every sample the run's value). Nothing when
+    the solved/unsolved split is off or the experiences carry no prompt text."""
+    if not step.options.prompt_ledger or texts is None:
         return {}
-    metrics = update_ledger(prompt_ledger(maker), step, group_prompts(step, texts))
+    memory = run_memory(maker)
+    if memory.ledger is None:
+        memory.ledger = PromptLedger()
+    metrics = update_ledger(memory.ledger, step, group_prompts(step, texts))
+    num = len(texts)
     return {name: [value] * num for name, value in metrics.items()}
 
 

@@ -17,9 +17,9 @@ attribute.
 - ``BasePPOTrainer.ppo_train`` (the sync ``PPOTrainer`` and the async ``TrainingActor`` both
   inherit it): after the update, every ``--advbudget.kappa_every`` steps, adds
   ``advbudget/kappa_eff/*`` to the status OpenRLHF logs;
-- ``BasePPOTrainer.save_logs_and_checkpoints`` / ``init_checkpoint_states``: the prompt
-  ledger (:func:`._estimators.prompt_ledger`) into the checkpoint's ``client_states`` at
-  the steps OpenRLHF saves, and back on resume;
+- ``BasePPOTrainer.save_logs_and_checkpoints`` / ``init_checkpoint_states``: the run's
+  memory (:func:`._estimators.run_memory`: the prompt ledger, an estimator's state) into
+  the checkpoint's ``client_states`` at the steps OpenRLHF saves, and back on resume;
 - ``BasePPOTrainer.__init__``: binds these wrappers on the trainer instance too. ``@ray.remote``
   copies every method, inherited ones included, onto the actor class when the class is
   decorated (ray 2.55: ``actor.py:2684`` ``_inject_tracing_into_class`` sets a tracing
@@ -375,7 +375,9 @@ def openrlhf_parser(
 
 _MARK = "_advbudget_original"
 
-#: The key of the prompt ledger in OpenRLHF's checkpoint ``client_states``.
+#: The key of the run's memory (the prompt ledger, an estimator's state) in OpenRLHF's
+#: checkpoint ``client_states``; :data:`LEDGER_STATE`: the ledger alone, in older ones.
+MEMORY_STATE = "advbudget_memory"
 LEDGER_STATE = "advbudget_prompt_ledger"
 
 
@@ -411,30 +413,31 @@ def _wrap_ppo_train(original: Any) -> Any:
 
 
 def _wrap_save_logs_and_checkpoints(original: Any) -> Any:
-    from ._estimators import LEDGER_ATTR
+    from ._estimators import MEMORY_ATTR
 
     @functools.wraps(original)
     def save_logs_and_checkpoints_patched(
         self: Any, global_step: int, logs_dict: Any = None, client_states: Any = None
     ) -> Any:
         # Only at the steps OpenRLHF saves (ppo_trainer.py:394): the state is O(prompts).
-        ledger = getattr(getattr(self, "experience_maker", None), LEDGER_ATTR, None)
-        if ledger is not None and global_step % self.args.ckpt.save_steps == 0:
-            client_states = {**(client_states or {}), LEDGER_STATE: ledger.state_dict()}
+        memory = getattr(getattr(self, "experience_maker", None), MEMORY_ATTR, None)
+        if memory and global_step % self.args.ckpt.save_steps == 0:
+            client_states = {**(client_states or {}), MEMORY_STATE: memory.state_dict()}
         return original(self, global_step, logs_dict, client_states)
 
     return save_logs_and_checkpoints_patched
 
 
 def _wrap_init_checkpoint_states(original: Any) -> Any:
-    from ._estimators import is_ours, prompt_ledger
+    from .._features import RunMemory
+    from ._estimators import MEMORY_ATTR, is_ours
 
     @functools.wraps(original)
     def init_checkpoint_states_patched(self: Any) -> Any:
         states = original(self)
-        state = (states or {}).get(LEDGER_STATE)
+        state = (states or {}).get(MEMORY_STATE, (states or {}).get(LEDGER_STATE))
         if state is not None and is_ours(self.args.algo.advantage.estimator):
-            prompt_ledger(self.experience_maker).load_state_dict(state)
+            setattr(self.experience_maker, MEMORY_ATTR, RunMemory.from_state_dict(state))
         return states
 
     return init_checkpoint_states_patched

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from advbudget.core import get_spec
+
+from .._features import check_memory
 from .._options import UNSET, AdapterOptions
 from ._convention import OPENRLHF
 
@@ -59,5 +62,8 @@ def options_of(holder: Any, args: Any) -> AdapterOptions:
     options = getattr(holder, _OPTIONS_ATTR, None)
     if options is None:
         options = read_options(args)
+        name = getattr(getattr(getattr(args, "algo", None), "advantage", None), "estimator", "")
+        if name in OPENRLHF.names():
+            check_memory(get_spec(OPENRLHF.core_name(name)), options, key_of("skipped_groups"))
         setattr(holder, _OPTIONS_ATTR, options)
     return options

@@ -34,5 +34,9 @@ TRL = Convention(
     prefix="",
     kappa_every=0,
     whole_batch="the rewards gathered from every process (TRL's reward step)",
+    memory=(
+        "identity: each completion's `prompt` (gathered from every process); state: "
+        "`advbudget_state.json` in each `checkpoint-N` folder; evaluation reads it only"
+    ),
     components="the rewards of each reward function (reward_funcs), weighted by reward_weights",
 )

@@ -40,7 +40,9 @@ from advbudget.metrics import (
 )
 
 from .._features import (
+    RunMemory,
     Step,
+    check_memory,
     defined,
     dropped_rows,
     group_prompts,
@@ -290,7 +292,11 @@ class AdvBudgetGRPOTrainer(TrainerHooks, GRPOTrainer):  # type: ignore[misc, unu
         self.advantage_estimator = advantage_estimator
         self.advantage_settings = settings
         self.advbudget_options: AdapterOptions = options
-        self.prompt_ledger = PromptLedger() if prompt_ledger and options.prompt_ledger else None
+        if spec is not None:
+            check_memory(spec, options, "skipped_groups")
+        self._advbudget_spec = spec
+        # The ledger and an estimator's memory: kept with each checkpoint (advbudget_state).
+        self.advbudget_memory = RunMemory().with_ledger(prompt_ledger and options.prompt_ledger)
         super().__init__(*args, **kwargs)
         if options.skipped_groups == "resample":
             self._check_resample()
@@ -414,16 +420,21 @@ class AdvBudgetGRPOTrainer(TrainerHooks, GRPOTrainer):  # type: ignore[misc, unu
     # -- pieces ----------------------------------------------------------------------
 
     def compute_group_advantages(
-        self, rewards_per_func: torch.Tensor, group_size: int
+        self,
+        rewards_per_func: torch.Tensor,
+        group_size: int,
+        prompts: list[Any] | None = None,
     ) -> AdvantageResult:
         """Advantages of the global batch from TRL's per-function rewards ``[B, n_funcs]``.
 
         The reward of a completion is TRL's weighted ``nansum`` over the reward functions;
         it is NaN when every function returned None (then ``nan_policy`` applies). An
         estimator of reward components takes the matrix as it is, one component per
-        function.
+        function. ``prompts``: one per completion, for an estimator with memory (``spo``,
+        ``rae``), which this call then updates.
         """
-        return self._advantages(self._rewards(rewards_per_func), group_size)
+        keys = None if prompts is None else [prompt_key(p) for p in prompts]
+        return self._advantages(self._rewards(rewards_per_func), group_size, keys)
 
     def _rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
         if self._advbudget_components:
@@ -436,21 +447,39 @@ class AdvBudgetGRPOTrainer(TrainerHooks, GRPOTrainer):  # type: ignore[misc, unu
         unscorable = torch.isnan(rewards_per_func).all(dim=1)
         return torch.where(unscorable, torch.full_like(rewards, math.nan), rewards)
 
-    def _advantages(self, rewards: torch.Tensor, group_size: int) -> AdvantageResult:
+    @property
+    def prompt_ledger(self) -> PromptLedger | None:
+        """The run's per-prompt ledger (None when off)."""
+        return self.advbudget_memory.ledger
+
+    def _advantages(
+        self,
+        rewards: torch.Tensor,
+        group_size: int,
+        row_prompts: list[int] | None = None,
+        mode: str = "train",
+    ) -> AdvantageResult:
+        memory: dict[str, Any] = {}
+        if self._advbudget_spec is not None:
+            memory = self.advbudget_memory.keywords(
+                self._advbudget_spec,
+                row_prompts,
+                "AdvBudgetGRPOTrainer passes the prompt of each completion (prompt_key of "
+                "its 'prompt'); compute_group_advantages(..., prompts=) takes them",
+                remember=mode == "train",
+            )
         return compute_advantages(
-            rewards, self.advantage_estimator, group_size=group_size, **self.advantage_settings
+            rewards,
+            self.advantage_estimator,
+            group_size=group_size,
+            **self.advantage_settings,
+            **memory,
         )
 
-    def _scored(
-        self, inputs: list[Any], rewards: torch.Tensor, group_size: int, mode: str
-    ) -> tuple[Step, list[int]]:
-        """One generation round's advantages (computed once, and shown in TRL's completions
-        log), and the prompt identity of each group of the global batch for the ledger
-        (empty when it is off, or in eval)."""
-        step = Step(self._advantages(rewards, group_size), self.advbudget_options, METRIC_PREFIX)
-        self._replace_logged_advantages(step.result.advantages)
-        if self.prompt_ledger is None or mode != "train":
-            return step, []
+    def _row_prompts(self, inputs: list[Any]) -> list[int]:
+        """The prompt identity of each completion of the global batch (TRL's inputs repeat
+        a prompt for each of its completions): what the ledger and an estimator's memory
+        key on."""
         keys = [prompt_key(example.get("prompt")) for example in inputs]
         if self.accelerator.num_processes > 1:  # a group may start on another process
             from accelerate.utils import (  # type: ignore[import-untyped, unused-ignore]
@@ -458,6 +487,22 @@ class AdvBudgetGRPOTrainer(TrainerHooks, GRPOTrainer):  # type: ignore[misc, unu
             )
 
             keys = list(gather_object(keys))
+        return keys
+
+    def _scored(
+        self, inputs: list[Any], rewards: torch.Tensor, group_size: int, mode: str
+    ) -> tuple[Step, list[int]]:
+        """One generation round's advantages (computed once, and shown in TRL's completions
+        log), and the prompt identity of each group of the global batch for the ledger
+        (empty when it is off, or in eval)."""
+        stateful = self._advbudget_spec is not None and self._advbudget_spec.tracker is not None
+        ledger = self.prompt_ledger is not None and mode == "train"
+        keys = self._row_prompts(inputs) if stateful or ledger else None
+        result = self._advantages(rewards, group_size, keys, mode)
+        step = Step(result, self.advbudget_options, METRIC_PREFIX)
+        self._replace_logged_advantages(step.result.advantages)
+        if not ledger or keys is None:
+            return step, []
         return step, group_prompts(step, keys)
 
     # -- skipped_groups="resample" -----------------------------------------------------
@@ -554,16 +599,18 @@ class AdvBudgetGRPOTrainer(TrainerHooks, GRPOTrainer):  # type: ignore[misc, unu
 
     def advbudget_state(self) -> dict[str, Any]:
         """The adapter's state that a resumed run must continue from: the κ_eff
-        schedule's counter and the prompt ledger."""
+        schedule's counter, the prompt ledger and an estimator's memory."""
         state: dict[str, Any] = {"generations": self._advbudget_generations}
-        if self.prompt_ledger is not None:
-            state["prompt_ledger"] = self.prompt_ledger.state_dict()
+        if self.advbudget_memory:
+            state["memory"] = self.advbudget_memory.state_dict()
         return state
 
     def load_advbudget_state(self, state: Mapping[str, Any]) -> None:
         self._advbudget_generations = int(state.get("generations", 0))
-        if self.prompt_ledger is not None and "prompt_ledger" in state:
-            self.prompt_ledger.load_state_dict(state["prompt_ledger"])
+        saved = state.get("memory", state.get("prompt_ledger"))  # older: the ledger alone
+        if saved is not None:
+            ledger = self.prompt_ledger is not None
+            self.advbudget_memory = RunMemory.from_state_dict(saved).with_ledger(ledger)
 
     def after_load(self, checkpoint: str) -> None:
         """Read the adapter's state back from ``checkpoint`` (a folder TRL resumes from)."""
@@ -574,7 +621,8 @@ class AdvBudgetGRPOTrainer(TrainerHooks, GRPOTrainer):  # type: ignore[misc, unu
         else:
             warnings.warn(
                 f"AdvBudgetGRPOTrainer: {path} not found (a checkpoint of another trainer?): "
-                "the κ_eff schedule and the prompt ledger restart at this step",
+                "the κ_eff schedule, the prompt ledger and an estimator's memory restart at "
+                "this step",
                 RuntimeWarning,
                 stacklevel=3,  # TRL's train(), past the hook,
             )

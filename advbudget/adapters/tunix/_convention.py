@@ -22,4 +22,9 @@ TUNIX = Convention(
         "GRPOLearner calls the estimator once per step on the merged micro-batches; the "
         "agentic learner calls it one group at a time (batch statistics are then the group's)"
     ),
+    memory=(
+        "identity: each row's prompt text, lent by AdvBudgetGRPOLearner to the estimator "
+        "tunix calls; state: the custom metadata of tunix's actor checkpoints "
+        "(`advbudget_memory`); evaluation reads it only"
+    ),
 )

@@ -26,7 +26,7 @@ from advbudget.core import (
     on_register,
 )
 
-from .._features import Step, publish, step_metrics, take_published
+from .._features import Step, lent_keywords, publish, step_metrics, take_published
 from ._convention import TUNIX
 from ._hooks import advantage_estimator_names
 from ._options import configured
@@ -100,7 +100,13 @@ def result(name: str, rewards: Any, num_generations: int) -> AdvantageResult:
             UserWarning,
             stacklevel=3,
         )
-    return compute_advantages(array, core, group_size=int(num_generations), **settings)
+    memory = lent_keywords(
+        spec,
+        array.shape[0],
+        "tunix hands an estimator the rewards alone: AdvBudgetGRPOLearner (or "
+        "AdvBudgetDAPOLearner) lends it each row's prompt",
+    )
+    return compute_advantages(array, core, group_size=int(num_generations), **settings, **memory)
 
 
 def advantages_and_valid(

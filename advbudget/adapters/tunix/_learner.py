@@ -19,11 +19,13 @@ from tunix.rl.grpo.grpo_learner import GRPOLearner  # type: ignore[import-not-fo
 from advbudget.metrics import PromptLedger
 
 from .._features import (
+    RunMemory,
     Step,
     dropped_rows,
     forget_published,
     group_prompts,
     kappa_due,
+    lend_memory,
     step_metrics,
     take_published,
     update_ledger,
@@ -34,7 +36,10 @@ from ._hooks import LearnerHooks, restored_checkpoint_metadata
 from ._kappa import KappaHooks, KappaTracker, kappa_batch
 from ._options import options, read_options
 
-#: The key of the prompt ledger in the custom metadata of tunix's actor checkpoints.
+#: The key of the run's memory (the prompt ledger, an estimator's state) in the custom
+#: metadata of tunix's actor checkpoints; :data:`LEDGER_METADATA`: the ledger alone, in
+#: older ones.
+MEMORY_METADATA = "advbudget_memory"
 LEDGER_METADATA = "advbudget_prompt_ledger"
 
 
@@ -72,6 +77,9 @@ class AdvBudgetGRPOLearner(LearnerHooks, GRPOLearner):  # type: ignore[misc, unu
       over the prompts seen at least twice (identity: the prompt text), with our
       estimators while ``solved_reward`` (see ``configure``) is not None; kept in the
       custom metadata of tunix's actor checkpoints and restored with them.
+    - an estimator with memory (``advbudget_spo``, ``advbudget_rae``): each row's prompt
+      text is its identity; the state is updated by training steps only (an evaluation
+      reads it) and kept in the checkpoints' custom metadata with the ledger.
 
     The options are read once, when it is built: ``configure``'s (or the environment's) with
     these, into ``advbudget_options``. Every other argument is ``GRPOLearner``'s.
@@ -109,29 +117,40 @@ class AdvBudgetGRPOLearner(LearnerHooks, GRPOLearner):  # type: ignore[misc, unu
         if self.advbudget_options.kappa_every:
             self._kappa = KappaTracker(self.rl_cluster, self.algo_config.temperature)
             trainer.with_training_hooks(KappaHooks(self._kappa, trainer.training_hooks))
-        self.prompt_ledger = PromptLedger() if prompt_ledger else None
-        if self.prompt_ledger is not None:
-            self._keep_ledger_in_checkpoints(trainer, self.prompt_ledger)
+        self.advbudget_memory = RunMemory().with_ledger(prompt_ledger)
+        self._keep_memory_in_checkpoints(trainer)
 
-    @staticmethod
-    def _keep_ledger_in_checkpoints(trainer: Any, ledger: PromptLedger) -> None:
+    @property
+    def prompt_ledger(self) -> PromptLedger | None:
+        """The run's per-prompt ledger (None when off)."""
+        return self.advbudget_memory.ledger
+
+    def _keep_memory_in_checkpoints(self, trainer: Any) -> None:
         # tunix saves the trainer's custom metadata (the global step) with each checkpoint
-        # and restores it when the trainer is built: the ledger rides along.
+        # and restores it when the trainer is built: the run's memory rides along.
         restored = restored_checkpoint_metadata(trainer)
-        if LEDGER_METADATA in restored:
-            ledger.load_state_dict(restored[LEDGER_METADATA])
+        saved = restored.get(MEMORY_METADATA, restored.get(LEDGER_METADATA))
+        if saved is not None:
+            ledger = self.advbudget_memory.ledger is not None
+            self.advbudget_memory = RunMemory.from_state_dict(saved).with_ledger(ledger)
         tunix_metadata = trainer.custom_checkpoint_metadata_fn
-        trainer.custom_checkpoint_metadata_fn = lambda: {
-            **tunix_metadata(),
-            LEDGER_METADATA: ledger.state_dict(),
-        }
+
+        def metadata() -> dict[str, Any]:
+            if not self.advbudget_memory:
+                return tunix_metadata()  # type: ignore[no-any-return]
+            return {**tunix_metadata(), MEMORY_METADATA: self.advbudget_memory.state_dict()}
+
+        trainer.custom_checkpoint_metadata_fn = metadata
 
     def generate_and_compute_advantage(self, training_input: Any, mode: Any = None) -> Any:
         """tunix's rollout, rewards and advantages of one micro-batch (its
         ``TrainExample``), then: ``drop``'s mask, and, in training, the ledger and the
         batch κ_eff scores."""
         forget_published()  # a result left in this thread is not this step's
-        example = self.tunix_generate_and_compute_advantage(training_input, mode)
+        training = mode is None or mode == rl_cluster_lib.Mode.TRAIN
+        # tunix's batch repeats each prompt for its rollouts: one identity per row.
+        with lend_memory(self.advbudget_memory, training_input["prompts"], remember=training):
+            example = self.tunix_generate_and_compute_advantage(training_input, mode)
         rows = int(example.advantages.shape[0])
         scored = take_published(rows)
         step = None if scored is None else Step(scored, self.advbudget_options, TUNIX.metric_prefix)
@@ -144,7 +163,6 @@ class AdvBudgetGRPOLearner(LearnerHooks, GRPOLearner):  # type: ignore[misc, unu
             keep = np.ones(rows, dtype=bool)
             keep[dropped_rows(step)] = False
             example = drop_skipped_rows(example, keep)
-        training = mode is None or mode == rl_cluster_lib.Mode.TRAIN
         if step is not None:
             metrics = step_metrics(step) if self._advbudget_metrics else {}
             if training and self.prompt_ledger is not None:

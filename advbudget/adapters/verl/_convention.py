@@ -48,6 +48,11 @@ VERL = Convention(
     returns=MappingProxyType({"remax": "reward", "reinforce": "reward"}),
     extra_names=MappingProxyType({"reward_budget": "budget"}),
     whole_batch="verl calls the estimator once on the whole batch, in its TaskRunner",
+    memory=(
+        "identity: the dataset `index` (else the prompt tokens), lent by the advbudget_* "
+        "trainer modes to the estimator verl calls; state: `advbudget_memory.json` in each "
+        "`global_step_N` checkpoint folder"
+    ),
     components=(
         "non_tensor_batch[key] for each key of algorithm.gdpo_reward_keys (the keys of the "
         "dict compute_score returns, verl's reward_extra_info), weighted by "

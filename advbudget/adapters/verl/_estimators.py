@@ -76,7 +76,7 @@ from advbudget.core import (
     whiten_tokens,
 )
 
-from .._features import publish
+from .._features import lent_keywords, publish
 from ._convention import VERL
 from ._hooks import compute_advantage_data, estimator_registry
 from ._options import option, read_options
@@ -432,7 +432,13 @@ def compute_result(
             settings.pop("weights", None)
     else:
         scores = sequence_reward
-    return compute_advantages(scores, core, group_ids=index, **settings, **inputs)
+    memory = lent_keywords(
+        spec,
+        size,
+        "verl hands an estimator no prompt identity: run an advbudget trainer mode "
+        "(trainer.v1.trainer_mode=advbudget_sync), which lends it each row's prompt",
+    )
+    return compute_advantages(scores, core, group_ids=index, **settings, **inputs, **memory)
 
 
 _FUNCTIONS: dict[str, VerlEstimator] = {}

@@ -281,7 +281,8 @@ class TrainerHooks:
             super()._setup()  # type: ignore[misc]
 
     def _compute_advantage(self, batch: Any, metrics: dict[str, Any]) -> Any:
-        batch = super()._compute_advantage(batch, metrics=metrics)  # type: ignore[misc]
+        with self.advantage_context(batch):  # type: ignore[attr-defined]
+            batch = super()._compute_advantage(batch, metrics=metrics)  # type: ignore[misc]
         return self.after_advantage(batch, metrics)  # type: ignore[attr-defined]
 
     def _update_actor(self, batch: Any, metrics: dict[str, Any]) -> Any:

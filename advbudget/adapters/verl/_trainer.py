@@ -16,8 +16,10 @@ Select one with ``trainer.v1.trainer_mode=advbudget_sync`` (or ``advbudget_coloc
   own ``old_log_prob`` step (no backward, no rollout) when it runs.
 
 - the per-prompt ledger (``advbudget/never_solved_prompt_fraction``,
-  ``always_solved_prompt_fraction``, ``recurring_prompts``), kept in ``LEDGER_FILE`` beside
-  each checkpoint.
+  ``always_solved_prompt_fraction``, ``recurring_prompts``) and, for an estimator with
+  memory (``advbudget_spo``, ``advbudget_rae``), its state: lent to the estimator verl
+  calls with each row's prompt (verl's dataset ``index``, else its prompt tokens), kept in
+  ``MEMORY_FILE`` beside each checkpoint and read back on resume.
 
 With ``+algorithm.advbudget.skipped_groups=drop`` the skipped rows leave verl's actor
 update and its normalisers (:mod:`advbudget.adapters.verl._skipped`).
@@ -31,25 +33,32 @@ msgspec``); :func:`register_trainers` returns ``[]`` without it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import json
 import os
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
+from advbudget.core import get_spec
 from advbudget.metrics import PromptLedger
 
 from .._features import (
+    RunMemory,
     Step,
+    check_memory,
     defined,
     group_prompts,
     kappa_due,
+    lend_memory,
     step_metrics,
     take_published,
     update_ledger,
 )
 from .._options import AdapterOptions
+from ._convention import VERL
 from ._hooks import (
     KEPT_ROWS_ENV,
     TrainerHooks,
@@ -59,7 +68,7 @@ from ._hooks import (
 )
 from ._metrics import METRIC_PREFIX, batch_result, metrics_estimator
 from ._options import option, read_options
-from ._skipped import DROP_FLAG, check_options, drop_rule
+from ._skipped import DROP_FLAG, SKIPPED_GROUPS_OPTION, check_options, drop_rule
 
 # Our mode name -> (module, class, verl's mode name) of the verl trainer it extends.
 BASE_TRAINERS = {
@@ -109,7 +118,7 @@ def _make_trainer(base: type, base_mode: str) -> type:
         # actor update (keys of the batch); set per instance in __init__.
         _advbudget_skipped_groups = "keep"
         _advbudget_dropped: list[Any] = []  # noqa: RUF012 (replaced, never mutated)
-        _advbudget_ledger: PromptLedger | None = None
+        _advbudget_memory: RunMemory | None = None
 
         def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
             from omegaconf import open_dict
@@ -119,6 +128,10 @@ def _make_trainer(base: type, base_mode: str) -> type:
             self.__dict__["advbudget_options"] = read_options(option(config, "algorithm", None))
             mode = str(option(config, "trainer.v1.trainer_mode", ""))
             self._advbudget_skipped_groups = check_options(config, trainer_mode=mode)
+            estimator = metrics_estimator(option(config, "algorithm", None))
+            if estimator is not None:
+                spec = get_spec(VERL.core_name(estimator))
+                check_memory(spec, self.advbudget_options, SKIPPED_GROUPS_OPTION)
             self._advbudget_dropped = []
             if self._advbudget_skipped_groups == "drop":
                 actor = config.actor_rollout_ref.actor
@@ -153,15 +166,38 @@ def _make_trainer(base: type, base_mode: str) -> type:
             metrics.update(_reward_fault_counts(batch))
             return batch
 
+        @contextlib.contextmanager
+        def advantage_context(self, batch: Any) -> Iterator[None]:
+            """Around verl's advantage step: an estimator with memory gets the run's memory
+            and each row's prompt (:func:`~advbudget.adapters._features.lend_memory`);
+            nothing for the others."""
+            estimator = metrics_estimator(self.config.algorithm)
+            if estimator is None or get_spec(VERL.core_name(estimator)).tracker is None:
+                yield
+                return
+            with lend_memory(self._memory(), _row_identities(batch) or []):
+                yield
+
+        def _memory(self) -> RunMemory:
+            """The run's memory (the ledger, an estimator's state), made on first use."""
+            if self._advbudget_memory is None:
+                self._advbudget_memory = RunMemory()
+            return self._advbudget_memory
+
         def _step_result(self, batch: Any) -> Any:
             """The step's result over the real rows: the one our estimator just computed
             (:func:`~advbudget.adapters._features.publish`), or, for verl's own estimators and
             batches with verl's padding rows (which took part in its call), computed here
             from the batch as the estimator saw it. None for an estimator we do not describe."""
             published = take_published(len(batch.keys))
-            if metrics_estimator(self.config.algorithm) is None:
+            estimator = metrics_estimator(self.config.algorithm)
+            if estimator is None:
                 return None
             if published is not None and not any(t.get("is_padding", False) for t in batch.tags):
+                return published
+            if get_spec(VERL.core_name(estimator)).tracker is not None:
+                # Scoring again would update the memory again: the call's own result
+                # (verl's padding rows included) describes the step.
                 return published
             # token_level_rewards reach TransferQueue only with a KL penalty in the reward;
             # otherwise they are the reward model's scores, as in verl's own method.
@@ -173,27 +209,29 @@ def _make_trainer(base: type, base_mode: str) -> type:
 
         def _update_ledger(self, batch: Any, step: Step) -> dict[str, float]:
             """The per-prompt ledger (never/always-solved recurring prompts) after this
-            batch; kept with verl's checkpoints (:data:`LEDGER_FILE`)."""
+            batch; kept with verl's checkpoints (:data:`MEMORY_FILE`)."""
             if not step.options.prompt_ledger:
                 return {}
-            identities = _prompt_identities(batch)
+            identities = _row_identities(batch, real_only=True)
             if identities is None:
                 return {}
-            if self._advbudget_ledger is None:
-                self._advbudget_ledger = PromptLedger()
-            prompts = group_prompts(step, identities)
-            return update_ledger(self._advbudget_ledger, step, prompts)
+            memory = self._memory()
+            if memory.ledger is None:
+                memory.ledger = PromptLedger()
+            return update_ledger(memory.ledger, step, group_prompts(step, identities))
 
         def after_save(self) -> None:
-            """The ledger beside the checkpoint verl just wrote."""
-            if self._advbudget_ledger is not None:
+            """The run's memory (ledger, estimator state) beside the checkpoint verl just
+            wrote."""
+            if self._advbudget_memory:
                 folder = _step_folder(self.config.trainer.default_local_dir, self.global_steps)
                 os.makedirs(folder, exist_ok=True)
-                with open(os.path.join(folder, LEDGER_FILE), "w", encoding="utf-8") as file:
-                    json.dump(self._advbudget_ledger.state_dict(), file)
+                with open(os.path.join(folder, MEMORY_FILE), "w", encoding="utf-8") as file:
+                    json.dump(self._advbudget_memory.state_dict(), file)
 
         def after_load(self) -> None:
-            """The ledger of the checkpoint verl just resumed from."""
+            """The memory of the checkpoint verl just resumed from (a checkpoint of an
+            earlier version holds the ledger alone, in :data:`LEDGER_FILE`)."""
             trainer = self.config.trainer
             if self.global_steps > 0:  # resumed
                 folder = (
@@ -201,12 +239,12 @@ def _make_trainer(base: type, base_mode: str) -> type:
                     if trainer.get("resume_mode") == "resume_path"
                     else _step_folder(trainer.default_local_dir, self.global_steps)
                 )
-                path = os.path.join(folder, LEDGER_FILE)
-                if os.path.exists(path):
-                    with open(path, encoding="utf-8") as file:
-                        ledger = PromptLedger()
-                        ledger.load_state_dict(json.load(file))
-                    self._advbudget_ledger = ledger
+                for name in (MEMORY_FILE, LEDGER_FILE):
+                    path = os.path.join(folder, name)
+                    if os.path.exists(path):
+                        with open(path, encoding="utf-8") as file:
+                            self._advbudget_memory = RunMemory.from_state_dict(json.load(file))
+                        break
 
         def update_actor(self, batch: Any, metrics: dict[str, Any]) -> Any:
             """verl's actor update (without drop's rows), then κ_eff every kappa_every."""
@@ -295,7 +333,9 @@ def _use_resample_sampler(config: Any, options: AdapterOptions) -> str:
     )
 
 
-#: The ledger's file in each ``global_step_N`` folder verl writes.
+#: The run's memory (the ledger, an estimator's state) in each ``global_step_N`` folder
+#: verl writes; :data:`LEDGER_FILE`: the ledger alone, in checkpoints of earlier versions.
+MEMORY_FILE = "advbudget_memory.json"
 LEDGER_FILE = "advbudget_ledger.json"
 
 
@@ -306,15 +346,20 @@ def _step_folder(path: str, step: int | None) -> str:
     return folder if os.path.isabs(folder) else os.path.join(os.getcwd(), folder)
 
 
-def _prompt_identities(batch: Any) -> list[Any] | None:
-    """A stable prompt identity per real row of ``batch``: verl's dataset ``index`` (from
-    ``extra_info.index``) when TransferQueue has it, else the prompt's token ids (unpadded,
-    hashed by :func:`~advbudget.metrics.prompt_key`)."""
+def _row_identities(batch: Any, *, real_only: bool = False) -> list[Any] | None:
+    """A stable prompt identity per row of ``batch`` (its real rows only with
+    ``real_only``): verl's dataset ``index`` (from ``extra_info.index``) when TransferQueue
+    has it, else the prompt's token ids (unpadded, hashed by
+    :func:`~advbudget.metrics.prompt_key`). None when the batch has neither."""
     import numpy as np
     import transfer_queue as tq
 
-    real = [i for i, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
-    keys = [batch.keys[i] for i in real]
+    rows = [
+        i
+        for i in range(len(batch.keys))
+        if not (real_only and batch.tags[i].get("is_padding", False))
+    ]
+    keys = [batch.keys[i] for i in rows]
     get = tq.kv_batch_get
     try:
         values = get(keys=keys, partition_id=batch.partition_id, select_fields=["index"])["index"]

@@ -18,10 +18,11 @@ from .baseline import SPECS as _BASELINE
 from .batch import SPECS as _BATCH
 from .group import SPECS as _GROUP
 from .passk import SPECS as _PASSK
+from .stateful import SPECS as _STATEFUL
 
 ENTRY_POINT_GROUP = "advbudget.estimators"
 
-BUILTINS: tuple[EstimatorSpec, ...] = (*_GROUP, *_PASSK, *_BATCH, *_BASELINE)
+BUILTINS: tuple[EstimatorSpec, ...] = (*_GROUP, *_PASSK, *_BATCH, *_BASELINE, *_STATEFUL)
 """The built-in estimators, in the order the docs and ``estimator_names()`` list them."""
 
 _SPECS: dict[str, EstimatorSpec] = {}

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from .._arrays import Array
+from .._state import Tracker
 
 Estimator = Callable[..., Array]
 """``estimator(grouped: GroupedRewards, **options, **inputs) -> advantages as rows``."""
@@ -88,6 +89,10 @@ class EstimatorSpec:
             ("" for none); adapters call the core on the whole (gathered) batch.
         slope_of: for :func:`advbudget.theory.implied_slope`: the estimator whose slope
             this one has up to a positive factor set by the batch (whitening), or None.
+        tracker: for an estimator that remembers prompts across steps, what it keeps per
+            prompt (:class:`~advbudget.core._state.Tracker`); its calls take ``state=`` and
+            ``prompt_ids=``, and ``fn`` gets each rollout's remembered baseline as
+            ``tracked=`` (rows). None for every estimator without memory.
     """
 
     name: str
@@ -102,6 +107,7 @@ class EstimatorSpec:
     raw_singletons: bool = False
     batch_statistics: str = ""
     slope_of: str | None = None
+    tracker: Tracker | None = None
 
     def option(self, name: str) -> Option | None:
         return next((o for o in self.options if o.name == name), None)
@@ -146,6 +152,7 @@ def estimator_spec(
     raw_singletons: bool = False,
     batch_statistics: str = "",
     slope_of: str | None = None,
+    tracker: Tracker | None = None,
 ) -> EstimatorSpec:
     """The spec of an estimator function.
 
@@ -194,6 +201,7 @@ def estimator_spec(
         raw_singletons=raw_singletons,
         batch_statistics=batch_statistics,
         slope_of=slope_of,
+        tracker=tracker,
     )
 
 

@@ -20,7 +20,7 @@ pytest.importorskip("ray")
 import ray
 import torch
 
-from advbudget.adapters.openrlhf._hooks import LEDGER_STATE
+from advbudget.adapters.openrlhf._hooks import LEDGER_STATE, MEMORY_STATE
 from advbudget.adapters.openrlhf.testing import make_args, make_experiences, make_maker
 
 from .conftest import OPENRLHF_WARNINGS
@@ -37,16 +37,23 @@ EPOCHS = [
 ]
 
 
-def epoch(maker: Any, table: dict[str, list[float]], seed: int = 0) -> dict[str, float]:
-    """One rollout batch of the table's prompts (rows shuffled across micro-batches, the
-    prompt text on each row as OpenRLHF's rollout leaves it) through the patched step;
-    the ledger's logged values (every sample carries the run's value)."""
+def advantage_step(maker: Any, table: dict[str, list[float]], seed: int) -> list[Any]:
+    """One rollout batch of the table's prompts through the patched step (rows shuffled
+    across micro-batches, the prompt text on each row as OpenRLHF's rollout leaves it)."""
     names = list(table)
     experiences = make_experiences(len(names), N, seed=seed)
     for experience in experiences:
         experience.prompts = [names[slot // N] for slot in experience.index]
         experience.rewards = torch.tensor([table[names[s // N]][s % N] for s in experience.index])
     maker.compute_advantages_and_returns(experiences)
+    return experiences
+
+
+def epoch(maker: Any, table: dict[str, list[float]], seed: int = 0) -> dict[str, float]:
+    """:func:`advantage_step`, then the ledger's logged values (every sample carries the
+    run's value)."""
+    experiences = advantage_step(maker, table, seed)
+    names = list(table)
     logged = {}
     for key in (
         "never_solved_prompt_fraction",
@@ -95,10 +102,12 @@ class ActorGroup:
         return [ray.put(states)]
 
 
-def trainer(path: Path, group: ActorGroup) -> Any:
+def trainer(path: Path, group: ActorGroup, estimator: str = "reward_budget") -> Any:
+    """A real ``BasePPOTrainer`` (not started) with our estimator, checkpointing every
+    2 steps into ``path`` through the stand-in actor group."""
     from openrlhf.trainer.ppo_trainer import BasePPOTrainer
 
-    args = make_args("reward_budget", N)
+    args = make_args(estimator, N)
     args.logger = SimpleNamespace(logging_steps=1)
     args.ckpt = SimpleNamespace(save_steps=2, path=str(path), load_enable=True)
     (path / "_actor").mkdir(parents=True, exist_ok=True)
@@ -126,7 +135,7 @@ def test_saved_with_the_checkpoint_and_restored_on_resume(local_ray: None, tmp_p
     resumed = trainer(tmp_path, group)
     states = resumed.init_checkpoint_states()
     assert states["global_step"] == 2
-    assert LEDGER_STATE in states
+    assert states[MEMORY_STATE]["prompt_ledger"]["keys"]
     # The third epoch counts on from the first two: p0 and p3 are mixed now, p2 was mixed
     # in epoch 1, p1 always solved.
     expected = {
@@ -138,3 +147,24 @@ def test_saved_with_the_checkpoint_and_restored_on_resume(local_ray: None, tmp_p
     # Without the restore the same epoch is a first sighting.
     fresh = trainer(tmp_path / "fresh", ActorGroup())
     assert epoch(fresh.experience_maker, EPOCHS[2], seed=2) == {"recurring_prompts": 0.0}
+
+
+def test_a_checkpoint_of_the_ledger_alone_still_restores(local_ray: None, tmp_path: Path) -> None:
+    """Checkpoints written before the run's memory held an estimator state carry the
+    ledger under its own key: a resume reads it as before."""
+    from advbudget.metrics import PromptLedger
+
+    maker = make_maker(make_args("reward_budget", N))
+    epoch(maker, EPOCHS[0])
+    epoch(maker, EPOCHS[1], seed=1)
+    from advbudget.adapters.openrlhf._estimators import run_memory
+
+    ledger = run_memory(maker).ledger
+    assert isinstance(ledger, PromptLedger)
+    group = ActorGroup()
+    buffer = io.BytesIO()
+    torch.save({"global_step": 2, LEDGER_STATE: ledger.state_dict()}, buffer)
+    group.saved.append(("global_step2", buffer.getvalue()))
+    resumed = trainer(tmp_path, group)
+    resumed.init_checkpoint_states()
+    assert epoch(resumed.experience_maker, EPOCHS[2], seed=2)["recurring_prompts"] == 4.0

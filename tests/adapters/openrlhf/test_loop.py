@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import json
 import os
 import re
 import shutil
@@ -77,6 +78,7 @@ class Run:
     trainer_pids: set[int]
     estimator_calls: list[tuple[int, str]]  # (pid, core estimator name), one per call
     weights: list[tuple[int, str]]  # (version, sha1), in the order the engine received them
+    memory_calls: list[dict[str, Any]]  # an estimator with memory: prompts, rewards, advantages
 
     def tail(self, lines: int = 80) -> str:
         return "\n".join(self.log.splitlines()[-lines:])
@@ -137,7 +139,8 @@ def parse_run(log: str, returncode: int, driver_pid: int, probe: Path) -> Run:
     fields = [line.split() for line in records if line]
     calls = [(int(f[1]), f[2]) for f in fields if f[0] == "estimator"]
     weights = [(int(f[2]), f[3]) for f in fields if f[0] == "weights"]
-    return Run(log, returncode, driver_pid, steps, trainer_pids, calls, weights)
+    memory = [json.loads(line.split(" ", 3)[3]) for line in records if line.startswith("memory ")]
+    return Run(log, returncode, driver_pid, steps, trainer_pids, calls, weights, memory)
 
 
 def checked(run: Run) -> Run:
@@ -187,6 +190,44 @@ def two_ranks_run(cpu_dir: Path) -> Run:
             KAPPA_EVERY="1",
         )
     )
+
+
+def _reusing(cpu_dir: Path, name: str) -> Path:
+    """A folder of its own for a run, with the tiny model and data of the first run."""
+    other = cpu_dir / name
+    other.mkdir(exist_ok=True)
+    for reused in ("tiny-qwen3", "data"):
+        if (cpu_dir / reused).exists() and not (other / reused).exists():
+            os.symlink(cpu_dir / reused, other / reused)
+    return other
+
+
+# rae (the parity reward is ±1: spo takes [0, 1]) over one step's 2 prompts, again every
+# episode (so each step reads what the last one remembered), a checkpoint at step 2.
+MEMORY_FLAGS = ("--data.max_samples", "2", "--ckpt.save_steps", "2", "--advbudget.decay", "0.5")
+
+
+@pytest.fixture(scope="module")
+def memory_run(cpu_dir: Path, budget_run: Run) -> Run:
+    """advbudget_rae for 2 episodes of one step; a checkpoint at step 2."""
+    return checked(
+        run_example(
+            _reusing(cpu_dir, "rae"), *MEMORY_FLAGS, "--train.num_episodes", "2",
+            ESTIMATOR="advbudget_rae", BUDGET="0", TOTAL_STEPS="2", KAPPA_EVERY="0",
+        )
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def memory_resumed_run(cpu_dir: Path, memory_run: Run) -> Run:
+    """The same run resumed from its step-2 checkpoint for a third episode."""
+    return checked(
+        run_example(
+            _reusing(cpu_dir, "rae"), *MEMORY_FLAGS, "--train.num_episodes", "3",
+            "--ckpt.load_enable",
+            ESTIMATOR="advbudget_rae", BUDGET="0", TOTAL_STEPS="2", KAPPA_EVERY="0",
+        )
+    )  # fmt: skip
 
 
 RUNS = {
@@ -263,10 +304,27 @@ def test_checkpoint_saved_and_resumed(cpu_dir: Path, budget_run: Run, resumed_ru
     # The prompt ledger went into the step-3 checkpoint (6 prompts seen) and came back:
     # OpenRLHF logs the restored client states (ppo_trainer.py:439).
     restored = re.search(
-        r"checkpoint_states: .*'advbudget_prompt_ledger': (\{[^{}]*\})", resumed_run.log
+        r"checkpoint_states: .*'advbudget_memory': \{[^{}]*'prompt_ledger': (\{[^{}]*\})",
+        resumed_run.log,
     )
     assert restored, resumed_run.tail()
     assert len(ast.literal_eval(restored[1])["keys"]) == 6
+
+
+def test_memory_resumes_as_an_uninterrupted_run(memory_run: Run, memory_resumed_run: Run) -> None:
+    """Each step's rae advantages are the core's on one state fed the run's samples, and
+    the resumed step 3 is scored against the memory of steps 1-2 (restored from the
+    checkpoint's client states), as an uninterrupted run would score it."""
+    from advbudget.testing import assert_memory_replays
+
+    assert sorted(memory_run.steps) == [1, 2]
+    assert sorted(memory_resumed_run.steps) == [3]
+    calls = [*memory_run.memory_calls, *memory_resumed_run.memory_calls]
+    assert len(calls) == 3, calls
+    assert len(set(calls[0]["prompt_ids"])) == 2  # the same 2 prompts every step
+    assert set(calls[2]["prompt_ids"]) == set(calls[0]["prompt_ids"])
+    assert_memory_replays(calls, "rae", decay=0.5)
+    assert "'advbudget_memory'" in memory_resumed_run.log
 
 
 def test_drop_trains_on_finite_losses_on_two_ranks(two_ranks_run: Run) -> None:

@@ -154,7 +154,7 @@ def test_resume_continues_the_kappa_schedule(make_trainer: Any, tmp_path: Path) 
     first.train()
     saved = json.loads((Path(out) / "checkpoint-2" / "advbudget_state.json").read_text())
     assert saved["generations"] == 2
-    assert set(saved) == {"generations", "prompt_ledger"}  # the ledger: its own test
+    assert set(saved) == {"generations", "memory"}  # the ledger in the memory: its own test
     second = make_trainer(AdvBudgetGRPOTrainer, kappa_every=3, config={
         **config, "output_dir": out})  # fmt: skip
     second_steps = _kappa_steps(second)

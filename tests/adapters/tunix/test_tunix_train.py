@@ -27,7 +27,7 @@ def test_three_grpo_steps_with_reward_budget(tmp_path: Path) -> None:
 
     import advbudget.adapters.tunix as adapter
     from advbudget.adapters.tunix import _estimators
-    from advbudget.adapters.tunix._learner import LEDGER_METADATA
+    from advbudget.adapters.tunix._learner import MEMORY_METADATA
 
     checkpoints = {
         "checkpoint_root_directory": str(tmp_path / "checkpoints"),
@@ -97,7 +97,7 @@ def test_three_grpo_steps_with_reward_budget(tmp_path: Path) -> None:
     # A resumed run: tunix restores the last checkpoint and its metadata, the ledger with it
     resumed = tiny_cluster(tmp_path, max_steps=STEPS + 1, **checkpoints)
     assert resumed.actor_trainer.restored_global_step() == STEPS
-    assert LEDGER_METADATA in resumed.actor_trainer._restored_custom_metadata
+    assert MEMORY_METADATA in resumed.actor_trainer._restored_custom_metadata
     again = adapter.AdvBudgetGRPOLearner(
         rl_cluster=resumed,
         algo_config=GRPOConfig(num_generations=G, beta=0.04, advantage_estimator="reward_budget"),

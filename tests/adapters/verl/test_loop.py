@@ -30,7 +30,10 @@ Three runs (module fixtures, ~1-3 min each on 2 cores) cover it all:
   all of them, with the sample's order);
 - F: ``skipped_groups=resample`` with ``max_generation_batches=2``, the prompts in file
   order and dead ones chosen by answer: step 1 refills fewer prompts than a train batch,
-  step 2 reaches the cap.
+  step 2 reaches the cap;
+- G: ``advbudget_rae`` (an estimator with memory) over the same 4 prompts every step
+  (``data.train_max_samples=4``), 1 rank, 2 steps, checkpoint at 2;
+- H: G resumed to step 3: scored against the memory of steps 1-2.
 """
 
 from __future__ import annotations
@@ -263,6 +266,36 @@ def run_f(base: Path) -> Run:
     )
 
 
+# G and H: one train batch of 4 prompts, again every epoch; rae's decay 0.5 (its default
+# 0.95 moves the baseline by 5 % of a step's mean).
+MEMORY_OVERRIDES = (
+    "algorithm.adv_estimator=advbudget_rae",
+    "+algorithm.advbudget.decay=0.5",
+    "data.train_max_samples=4",
+    "data.shuffle=False",  # the first 4: the same in every run (else a random 4 each)
+    "trainer.save_freq=2",
+)
+
+
+@pytest.fixture(scope="module")
+def run_g(base: Path) -> Run:
+    """V1, advbudget_rae over the same 4 prompts each step, 2 steps, checkpoint at 2."""
+    return run_example(
+        base, "g", *MEMORY_OVERRIDES, RUN_NAME="tiny-qwen3_v1_rae", KAPPA_EVERY="0",
+        TOTAL_STEPS="2",
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def run_h(base: Path, run_g: Run) -> Run:
+    """G resumed to step 3."""
+    run_g.check()
+    return run_example(
+        base, "h", *MEMORY_OVERRIDES, "trainer.resume_mode=auto",
+        RUN_NAME="tiny-qwen3_v1_rae", KAPPA_EVERY="0", TOTAL_STEPS="3",
+    )  # fmt: skip
+
+
 def advbudget_keys() -> set[str]:
     """The ``advbudget/*`` metrics the trainer mode logs every step (a batch with both
     kinds of group; no reward_failures: the reward is not advbudget's grader)."""
@@ -423,3 +456,22 @@ def test_f_resample_in_the_real_loop(run_f: Run, base: Path) -> None:
     assert second["advbudget/skipped_group_fraction"] < 1, second  # 88 is kept first
     for metrics in (first, second):
         assert metrics["actor/grad_norm"] > 0, metrics
+
+
+def test_g_h_memory_resumes_as_an_uninterrupted_run(run_g: Run, run_h: Run, base: Path) -> None:
+    """Each step's rae advantages are the core's on one state fed the run's rows (the
+    trainer lends each row's prompt to the estimator verl calls), and the resumed step 3
+    is scored against the memory of steps 1-2, read back from the checkpoint's
+    ``advbudget_memory.json``, as an uninterrupted run would score it."""
+    from advbudget.testing import assert_memory_replays
+
+    run_h.check()
+    assert sorted(run_g.steps) == [1, 2], run_g.tail()
+    assert sorted(run_h.steps) == [3], run_h.tail()
+    saved = base / "checkpoints" / "tiny-qwen3_v1_rae" / "global_step_2" / "advbudget_memory.json"
+    assert json.loads(saved.read_text())["estimator_state"]["estimator"] == "rae"
+    calls = [*run_g.probe, *run_h.probe]
+    assert [call["estimator"] for call in calls] == ["advbudget_rae"] * 3, calls
+    assert len(set(calls[0]["prompt_ids"])) == 4  # the same 4 prompts every step
+    assert set(calls[2]["prompt_ids"]) == set(calls[0]["prompt_ids"])
+    assert_memory_replays(calls, "rae", rtol=1e-5, atol=1e-5, decay=0.5)

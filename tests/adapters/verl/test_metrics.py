@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
 from typing import Any
@@ -530,14 +531,22 @@ def test_trainer_keeps_the_prompt_ledger_across_a_checkpoint(
     assert metrics["advbudget/always_solved_prompt_fraction"] == pytest.approx(1 / 3)
     first.global_steps = 2
     first._save_checkpoint()
-    assert (tmp_path / "global_step_2" / "advbudget_ledger.json").exists()
+    saved = tmp_path / "global_step_2" / "advbudget_memory.json"
+    assert json.loads(saved.read_text())["estimator_state"] is None  # budget: no memory
 
     resumed = trainer()
     monkeypatch.setattr(
         PPOTrainerSync, "_load_checkpoint", lambda self: setattr(self, "global_steps", 2)
     )
     resumed._load_checkpoint()
-    assert resumed._advbudget_ledger.metrics() == first._advbudget_ledger.metrics()
+    ledger = first._advbudget_memory.ledger
+    assert resumed._advbudget_memory.ledger.metrics() == ledger.metrics()
+    # A checkpoint of an earlier version: the ledger alone, in its own file.
+    saved.unlink()
+    (saved.parent / "advbudget_ledger.json").write_text(json.dumps(ledger.state_dict()))
+    older = trainer()
+    older._load_checkpoint()
+    assert older._advbudget_memory.ledger.metrics() == ledger.metrics()
     fresh = trainer()
     fresh._compute_advantage(batch, metrics=(after := {}))
     assert after["advbudget/recurring_prompts"] == 0  # without the resume: a new ledger

@@ -11,7 +11,9 @@ OpenRLHF / DeepSpeed line it answers. Run the loop with fake GPU resources for R
 ``--train.colocate_all`` / sleep modes; see ``examples/openrlhf_qwen3.sh`` (``CPU_LOOP=1``).
 
 ``ADVBUDGET_CPU_LOOP_PROBE=FILE``: every call of the advbudget core estimator appends
-``estimator <pid> <name>`` to FILE (the test checks it ran in the PPOTrainer actor).
+``estimator <pid> <name>`` to FILE (the test checks it ran in the PPOTrainer actor); a call
+of an estimator with memory also ``memory <pid> <name> <json>``: each sample's prompt, reward
+and advantage, for a replay.
 """
 
 from __future__ import annotations
@@ -125,7 +127,18 @@ def _probe_estimator(module: Any) -> None:
     def compute_advantages(rewards: Any, name: str, *args: Any, **kwargs: Any) -> Any:
         with open(probe, "a", encoding="utf-8") as out:
             out.write(f"estimator {os.getpid()} {name}\n")
-        return compute(rewards, name, *args, **kwargs)
+        result = compute(rewards, name, *args, **kwargs)
+        if "state" in kwargs:  # an estimator with memory: what a replay needs
+            import json
+
+            call = {
+                "prompt_ids": [str(p) for p in kwargs["prompt_ids"]],
+                "rewards": rewards.tolist(),
+                "advantages": result.advantages.tolist(),
+            }
+            with open(probe, "a", encoding="utf-8") as out:
+                out.write(f"memory {os.getpid()} {name} {json.dumps(call)}\n")
+        return result
 
     module.compute_advantages = compute_advantages
 

@@ -1,6 +1,8 @@
 """Records every call of advbudget's verl estimators (after ``advbudget.adapters.verl`` in
 ``VERL_USE_EXTERNAL_MODULES``): one JSON line per call, with the pid of the process verl
-computed the advantage in, to ``$VERLCPU_PROBE_FILE``. Without that variable: nothing."""
+computed the advantage in, to ``$VERLCPU_PROBE_FILE``; for an estimator with memory also
+each row's prompt key (as lent by the trainer), sequence reward and advantage, for a
+replay. Without that variable: nothing."""
 
 from __future__ import annotations
 
@@ -23,12 +25,31 @@ def _wrap(name: str, fn: Any) -> Any:
             "function": f"{fn.__module__}.{fn.__qualname__}",
             "rows": int(rewards.shape[0]) if hasattr(rewards, "shape") else None,
         }
+        mask = kwargs["response_mask"] if "response_mask" in kwargs else args[1]
+        record.update(_memory_call(rewards, mask, result))
         with open(str(PROBE_FILE), "a") as out:
             out.write(json.dumps(record) + "\n")
         return result
 
     probed._verlcpu_probe = True  # type: ignore[attr-defined]
     return probed
+
+
+def _memory_call(rewards: Any, mask: Any, result: Any) -> dict[str, Any]:
+    """The prompts lent to an estimator with memory, the sequence rewards and advantages
+    (the advantage is the same on every response token); nothing for the others."""
+    from advbudget.adapters import _features
+    from advbudget.metrics import prompt_key
+
+    lent = _features._LENT.memory
+    if lent is None:
+        return {}
+    advantages = (result[0] * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+    return {
+        "prompt_ids": [prompt_key(p) for p in lent[1]],
+        "rewards": rewards.sum(-1).tolist(),
+        "advantages": advantages.tolist(),
+    }
 
 
 if PROBE_FILE:
