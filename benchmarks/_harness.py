@@ -285,6 +285,42 @@ def positive_ints(multiple_of: int = 1) -> Callable[[str], list[int]]:
     return parse
 
 
+def size_arguments(
+    description: str, name: str, *, sizes: Sequence[int], multiple_of: int, repeats: int
+) -> argparse.ArgumentParser:
+    """The command line of a benchmark over sizes: ``--sizes``, ``--repeats`` and
+    ``--output`` (default ``results/<name>.json``)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--sizes", type=positive_ints(multiple_of), default=list(sizes))
+    parser.add_argument("--repeats", type=int, default=repeats)
+    parser.add_argument(
+        "--output", type=Path, default=Path(__file__).parent / "results" / f"{name}.json"
+    )
+    return parser
+
+
+def write_size_report(
+    output: Path,
+    title: str,
+    intro: str,
+    machine: Mapping[str, Any],
+    results: Sequence[Mapping[str, Any]],
+    targets: Sequence[Target],
+    problems: Sequence[str],
+    *,
+    judged_n: int,
+) -> int:
+    """The report of a benchmark over sizes (numpy): the ratios against their targets,
+    judged at ``n == judged_n``, the two tables under ``title`` and ``intro``, and the
+    JSON payload (:func:`write_results`)."""
+    ratios = compute_ratios(
+        results, targets, case=("n",), judged=lambda case: case["n"] == judged_n
+    )
+    lines = [*header(title, machine, ("numpy",)), intro, "", *timings_by_size(results, ratios)]
+    payload = {"machine": machine, "results": results, "ratios": ratios, "problems": problems}
+    return write_results(output, payload, "\n".join(lines))
+
+
 def write_results(output: Path, payload: Mapping[str, Any], report: str) -> int:
     """``output`` (the JSON payload) and the markdown ``report`` beside it (``.md``), each
     written atomically; the report goes to stdout, the payload's ``problems`` (paths that

@@ -14,20 +14,16 @@ import argparse
 import math
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from _harness import (
     Target,
-    compute_ratios,
-    header,
     machine_info,
-    positive_ints,
+    size_arguments,
     summary,
     time_call,
-    timings_by_size,
-    write_results,
+    write_size_report,
 )
 
 from advbudget import compute_advantages
@@ -95,11 +91,8 @@ def ours(name: str) -> Callable[[np.ndarray], np.ndarray]:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=positive_ints(G), default=[65_536, TARGET_N])
-    parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument(
-        "--output", type=Path, default=Path(__file__).parent / "results" / "estimators.json"
+    parser = size_arguments(
+        __doc__.splitlines()[0], "estimators", sizes=(65_536, TARGET_N), multiple_of=G, repeats=20
     )
     return parser.parse_args(argv)
 
@@ -125,18 +118,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     targets = [
         Target(f"{name} / floor", f"{name}: advbudget", f"{name}: floor", BOUND) for name in NAMES
     ]
-    ratios = compute_ratios(
-        results, targets, case=("n",), judged=lambda case: case["n"] == TARGET_N
-    )
-    lines = header("The newer estimators against a numpy floor", machine, ("numpy",))
-    lines += [
+    intro = (
         f"numpy, G = {G}, 0/1 rewards (a quarter of the groups constant), passk k = {K}; "
-        "median of the timed calls (`python benchmarks/estimators.py`).",
-        "",
-        *timings_by_size(results, ratios),
-    ]
-    payload = {"machine": machine, "results": results, "ratios": ratios, "problems": problems}
-    return write_results(args.output, payload, "\n".join(lines))
+        "median of the timed calls (`python benchmarks/estimators.py`)."
+    )
+    return write_size_report(
+        args.output,
+        "The newer estimators against a numpy floor",
+        intro,
+        machine,
+        results,
+        targets,
+        problems,
+        judged_n=TARGET_N,
+    )
 
 
 if __name__ == "__main__":

@@ -17,19 +17,15 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 from _harness import (
     Target,
-    compute_ratios,
-    header,
     machine_info,
-    positive_ints,
+    size_arguments,
     summary,
     time_call,
-    timings_by_size,
-    write_results,
+    write_size_report,
 )
 from estimators import G, make_rewards
 
@@ -40,11 +36,8 @@ BOUND = 1.3
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=positive_ints(G), default=[65_536, TARGET_N])
-    parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument(
-        "--output", type=Path, default=Path(__file__).parent / "results" / "state.json"
+    parser = size_arguments(
+        __doc__.splitlines()[0], "state", sizes=(65_536, TARGET_N), multiple_of=G, repeats=10
     )
     return parser.parse_args(argv)
 
@@ -86,19 +79,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         Target(f"{path} / remax", path, "remax (baseline given)", BOUND)
         for path in ("rae", "spo", "rae, shuffled", "spo, shuffled")
     ]
-    ratios = compute_ratios(
-        results, targets, case=("n",), judged=lambda case: case["n"] == TARGET_N
-    )
-    lines = header("What an estimator's memory costs", machine, ("numpy",))
-    lines += [
+    intro = (
         f"numpy, 0/1 rewards, one int prompt id per group of G = {G} (side by side, or "
         "shuffled), every prompt remembered; median of the timed calls, each of which "
-        "updates the state (`python benchmarks/state.py`).",
-        "",
-        *timings_by_size(results, ratios),
-    ]
-    payload = {"machine": machine, "results": results, "ratios": ratios, "problems": problems}
-    return write_results(args.output, payload, "\n".join(lines))
+        "updates the state (`python benchmarks/state.py`)."
+    )
+    return write_size_report(
+        args.output,
+        "What an estimator's memory costs",
+        intro,
+        machine,
+        results,
+        targets,
+        problems,
+        judged_n=TARGET_N,
+    )
 
 
 if __name__ == "__main__":

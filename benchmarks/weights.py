@@ -14,19 +14,15 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 from _harness import (
     Target,
-    compute_ratios,
-    header,
     machine_info,
-    positive_ints,
+    size_arguments,
     summary,
     time_call,
-    timings_by_size,
-    write_results,
+    write_size_report,
 )
 from estimators import G, make_rewards
 
@@ -55,11 +51,8 @@ def hand_weights(rewards: np.ndarray, base: np.ndarray, weight: str) -> np.ndarr
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=positive_ints(G), default=[65_536, TARGET_N])
-    parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument(
-        "--output", type=Path, default=Path(__file__).parent / "results" / "weights.json"
+    parser = size_arguments(
+        __doc__.splitlines()[0], "weights", sizes=(65_536, TARGET_N), multiple_of=G, repeats=20
     )
     return parser.parse_args(argv)
 
@@ -95,19 +88,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         for base in BASES
         for w in WEIGHTS
     ]
-    ratios = compute_ratios(
-        results, targets, case=("n",), judged=lambda case: case["n"] == TARGET_N
-    )
-    lines = header("What a difficulty weight costs", machine, ("numpy",))
-    lines += [
+    intro = (
         f"numpy, G = {G}, 0/1 rewards (a quarter of the groups constant); the base "
         "estimator with and without `group_weight=`; median of the timed calls "
-        "(`python benchmarks/weights.py`).",
-        "",
-        *timings_by_size(results, ratios),
-    ]
-    payload = {"machine": machine, "results": results, "ratios": ratios, "problems": problems}
-    return write_results(args.output, payload, "\n".join(lines))
+        "(`python benchmarks/weights.py`)."
+    )
+    return write_size_report(
+        args.output,
+        "What a difficulty weight costs",
+        intro,
+        machine,
+        results,
+        targets,
+        problems,
+        judged_n=TARGET_N,
+    )
 
 
 if __name__ == "__main__":
