@@ -15,10 +15,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from .checks import int_at_least
-from .core._arrays import as_array
+from .core._arrays import as_array, to_host
 
 __all__ = ["LEDGER_KEYS", "PromptLedger", "prompt_key"]
 
@@ -180,10 +178,4 @@ def _host_bools(values: Any, name: str) -> list[bool]:
     array, _ = as_array(values, name)
     if array.ndim != 1:
         raise ValueError(f"{name}: expected a 1-D array, got shape {tuple(array.shape)}")
-    if hasattr(array, "cpu"):  # torch, maybe on an accelerator
-        array = array.cpu()
-    try:
-        host = np.asarray(array)
-    except (TypeError, RuntimeError):  # no __array__ (array-api-strict): DLPack
-        host = np.from_dlpack(array)
-    return host.astype(bool).tolist()  # type: ignore[no-any-return]
+    return to_host(array).astype(bool).tolist()  # type: ignore[no-any-return]

@@ -26,6 +26,7 @@ from advbudget.core import (
     KappaPairs,
     kappa_pairs,
 )
+from advbudget.core._arrays import to_host
 from advbudget.metrics import advantage_metric_dict, advantage_metrics, group_outcomes
 
 from ._options import AdapterOptions
@@ -73,21 +74,21 @@ def per_sample_metrics(step: Step) -> dict[str, list[float]]:
     the batch's fraction, so the mean is the batch's value. NaN values are left out.
     """
     result, solved_reward = step.result, step.options.solved_reward
-    index = _host(result.group_index).astype(np.int64)
+    index = to_host(result.group_index).astype(np.int64)
     batch = advantage_metrics(result, solved_reward=solved_reward)
-    values: dict[str, np.ndarray] = {"skipped_group_fraction": _host(result.group_skipped)[index]}
+    values: dict[str, np.ndarray] = {"skipped_group_fraction": to_host(result.group_skipped)[index]}
     if solved_reward is not None:
         outcomes = group_outcomes(result, solved_reward)
-        scored = _host(outcomes.scored)
+        scored = to_host(outcomes.scored)
         for name, groups in (
             ("unsolved_group_fraction", outcomes.unsolved),
             ("solved_group_fraction", outcomes.solved),
         ):
             if not math.isnan(batch[name]):
-                values[name] = np.where(scored, _host(groups), batch[name])[index]
-    advantages = _host(result.advantages)
+                values[name] = np.where(scored, to_host(groups), batch[name])[index]
+    advantages = to_host(result.advantages)
     values["positive_advantage_fraction"] = advantages > 0
-    values["valid_fraction"] = _host(result.valid)
+    values["valid_fraction"] = to_host(result.valid)
     values["advantage_mean"] = advantages
     out = {name: np.asarray(v, dtype=np.float64).tolist() for name, v in values.items()}
     for name in BATCH_WIDE:
@@ -112,7 +113,7 @@ BATCH_WIDE = (
 def group_prompts(step: Step, row_prompts: Sequence[Any]) -> list[Any]:
     """The prompt of each group (the first row's), in group order, from one prompt per row."""
     prompts: dict[int, Any] = {}
-    for row, group in enumerate(_host(step.result.group_index).tolist()):
+    for row, group in enumerate(to_host(step.result.group_index).tolist()):
         prompts.setdefault(int(group), row_prompts[row])
     return [prompts[group] for group in range(step.result.num_groups)]
 
@@ -168,10 +169,7 @@ class RunMemory:
         if spec.tracker is None:
             return {}
         if row_prompts is None:
-            raise ValueError(
-                f"prompt_ids: estimator {spec.name!r} remembers each prompt across steps and "
-                f"needs a stable identity per rollout; {where}"
-            )
+            raise _no_prompts(spec, where)
         if self.estimator_state is None:
             self.estimator_state = EstimatorState()
         state = self.estimator_state if remember else self.estimator_state.copy()
@@ -221,6 +219,14 @@ class RunMemory:
 _MEMORY_VERSION = 1
 
 
+def _no_prompts(spec: EstimatorSpec, where: str) -> ValueError:
+    """The error of an estimator with memory called without a prompt per rollout."""
+    return ValueError(
+        f"prompt_ids: estimator {spec.name!r} remembers each prompt across steps and needs "
+        f"a stable identity per rollout; {where}"
+    )
+
+
 def check_memory(spec: EstimatorSpec, options: AdapterOptions, key: str) -> None:
     """Refuse what an estimator with memory cannot do: ``skipped_groups="resample"``
     scores a step's prompts once per generation round and again on the assembled batch,
@@ -250,12 +256,12 @@ def dropped_rows(step: Step) -> list[int]:
     ``nan_policy="omit"``): none unless the run asked for drop or resample."""
     if step.options.skipped_groups == "keep":
         return []
-    return [int(row) for row in np.flatnonzero(~_host(step.result.valid).astype(bool))]
+    return [int(row) for row in np.flatnonzero(~to_host(step.result.valid).astype(bool))]
 
 
 def kept_groups(result: AdvantageResult, groups: range | None = None) -> list[int]:
     """The groups (of ``groups``, default all) the estimator did not skip, in order."""
-    skipped = _host(result.group_skipped).tolist()
+    skipped = to_host(result.group_skipped).tolist()
     return [g for g in (range(len(skipped)) if groups is None else groups) if not skipped[g]]
 
 
@@ -323,14 +329,14 @@ def sampled_group_metrics(steps: Sequence[Step]) -> dict[str, float]:
         return {}
     prefix, solved_reward = steps[0].prefix, steps[0].options.solved_reward
     groups = sum(step.result.num_groups for step in steps)
-    skipped = sum(int(_host(step.result.group_skipped).sum()) for step in steps)
+    skipped = sum(int(to_host(step.result.group_skipped).sum()) for step in steps)
     metrics = {prefix + "skipped_group_fraction": skipped / groups}
     if solved_reward is not None:
         counts = dict.fromkeys(("scored", "unsolved", "solved"), 0)
         for step in steps:
             outcomes = group_outcomes(step.result, solved_reward)
             for key in counts:
-                counts[key] += int(_host(getattr(outcomes, key)).sum())
+                counts[key] += int(to_host(getattr(outcomes, key)).sum())
         for key in ("unsolved", "solved"):
             value = counts[key] / counts["scored"] if counts["scored"] else math.nan
             metrics[f"{prefix}{key}_group_fraction"] = value
@@ -395,13 +401,6 @@ def lent_keywords(spec: EstimatorSpec, rows: int, where: str) -> dict[str, Any]:
         return {}
     lent = _LENT.memory
     if lent is None or len(lent[1]) != rows:
-        return RunMemory().keywords(spec, None, where)  # raises, naming what is missing
+        raise _no_prompts(spec, where)
     memory, row_prompts, remember = lent
     return memory.keywords(spec, row_prompts, where, remember=remember)
-
-
-def _host(values: Any) -> np.ndarray:
-    """An array of the result (numpy, torch on any device, jax) as numpy on the host."""
-    if hasattr(values, "detach"):  # torch: off its device first
-        values = values.detach().cpu()
-    return np.asarray(values)

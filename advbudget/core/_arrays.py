@@ -19,6 +19,17 @@ Namespace = Any
 """An Array API namespace, as returned by ``array_api_compat.array_namespace``."""
 
 
+def to_host(values: Array) -> np.ndarray:
+    """``values`` (any namespace, any device) as a numpy array on the host: torch off its
+    device first, DLPack for a namespace without ``__array__`` (array-api-strict)."""
+    if array_api_compat.is_torch_array(values):
+        return values.detach().cpu().numpy()  # type: ignore[no-any-return, unused-ignore]
+    try:
+        return np.asarray(values)
+    except (TypeError, RuntimeError):
+        return np.from_dlpack(values)
+
+
 def as_array(values: Any, name: str) -> tuple[Array, Namespace]:
     """Return ``values`` as an array with its namespace; Python sequences become numpy."""
     if _torch_compiling(values):

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from .._ledger import prompt_key
-from ._arrays import Array, is_traced
+from ._arrays import Array, is_traced, to_host
 from ._stats import GroupedRewards
 
 __all__ = ["EstimatorState", "PromptBatch", "Tracker"]
@@ -256,7 +256,7 @@ def start_call(
             "jax.jit (the rewards are traced)"
         )
     groups = g.groups
-    rewards = _host(groups.flat(g.rewards)).astype(np.float64)
+    rewards = to_host(groups.flat(g.rewards)).astype(np.float64)
     n = len(rewards)
     keys = prompt_keys(prompt_ids, n)
     unique, first, inverse = _by_prompt(keys)
@@ -265,7 +265,7 @@ def start_call(
         present = np.ones(n, bool)
         count = np.bincount(inverse, minlength=len(unique))
     else:
-        present = _host(groups.flat(g.present)).astype(bool)
+        present = to_host(groups.flat(g.present)).astype(bool)
         rewards = np.where(present, rewards, 0.0)
         count = np.bincount(inverse, weights=present, minlength=len(unique))
     reward_sum = np.bincount(inverse, weights=rewards, minlength=len(unique))
@@ -331,7 +331,7 @@ def prompt_keys(prompt_ids: Any, n: int) -> np.ndarray:
 
 def per_rollout(name: str, values: Any, n: int) -> np.ndarray:
     """An option given per rollout as ``[N]`` float64 (a number: the same on every row)."""
-    array = np.asarray(_host(values) if hasattr(values, "shape") else values, dtype=np.float64)
+    array = np.asarray(to_host(values) if hasattr(values, "shape") else values, dtype=np.float64)
     if array.ndim == 0:
         return np.full(n, float(array))
     if array.shape != (n,):
@@ -339,12 +339,3 @@ def per_rollout(name: str, values: Any, n: int) -> np.ndarray:
             f"{name}: expected a number or one value per rollout ({n}), got shape {array.shape}"
         )
     return array
-
-
-def _host(values: Any) -> np.ndarray:
-    if hasattr(values, "cpu"):  # torch, maybe on an accelerator
-        values = values.detach().cpu()
-    try:
-        return np.asarray(values)
-    except (TypeError, RuntimeError):  # no __array__ (array-api-strict): DLPack
-        return np.from_dlpack(values)

@@ -21,7 +21,7 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
-from ..core._arrays import device_of
+from ..core._arrays import device_of, to_host
 
 __all__ = ["assert_close", "assert_memory_replays", "rounding_tolerance", "to_numpy"]
 
@@ -30,12 +30,7 @@ _UNSET: Any = object()
 
 def to_numpy(x: Any) -> np.ndarray[Any, Any]:
     """``x`` (any namespace, any device) as a numpy array on the host."""
-    if array_api_compat.is_torch_array(x):
-        return x.detach().cpu().numpy()  # type: ignore[no-any-return, unused-ignore]
-    try:
-        return np.asarray(x)
-    except (TypeError, RuntimeError):  # no __array__ (array-api-strict): DLPack
-        return np.from_dlpack(x)
+    return to_host(x)
 
 
 def assert_close(

@@ -42,7 +42,7 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-from advbudget.core import get_spec
+from advbudget.core import EstimatorSpec, get_spec
 from advbudget.metrics import PromptLedger
 
 from .._features import (
@@ -128,9 +128,8 @@ def _make_trainer(base: type, base_mode: str) -> type:
             self.__dict__["advbudget_options"] = read_options(option(config, "algorithm", None))
             mode = str(option(config, "trainer.v1.trainer_mode", ""))
             self._advbudget_skipped_groups = check_options(config, trainer_mode=mode)
-            estimator = metrics_estimator(option(config, "algorithm", None))
-            if estimator is not None:
-                spec = get_spec(VERL.core_name(estimator))
+            spec = _described_spec(option(config, "algorithm", None))
+            if spec is not None:
                 check_memory(spec, self.advbudget_options, SKIPPED_GROUPS_OPTION)
             self._advbudget_dropped = []
             if self._advbudget_skipped_groups == "drop":
@@ -171,8 +170,7 @@ def _make_trainer(base: type, base_mode: str) -> type:
             """Around verl's advantage step: an estimator with memory gets the run's memory
             and each row's prompt (:func:`~advbudget.adapters._features.lend_memory`);
             nothing for the others."""
-            estimator = metrics_estimator(self.config.algorithm)
-            if estimator is None or get_spec(VERL.core_name(estimator)).tracker is None:
+            if not _remembers(self.config.algorithm):
                 yield
                 return
             with lend_memory(self._memory(), _row_identities(batch) or []):
@@ -190,12 +188,11 @@ def _make_trainer(base: type, base_mode: str) -> type:
             batches with verl's padding rows (which took part in its call), computed here
             from the batch as the estimator saw it. None for an estimator we do not describe."""
             published = take_published(len(batch.keys))
-            estimator = metrics_estimator(self.config.algorithm)
-            if estimator is None:
+            if metrics_estimator(self.config.algorithm) is None:
                 return None
             if published is not None and not any(t.get("is_padding", False) for t in batch.tags):
                 return published
-            if get_spec(VERL.core_name(estimator)).tracker is not None:
+            if _remembers(self.config.algorithm):
                 # Scoring again would update the memory again: the call's own result
                 # (verl's padding rows included) describes the step.
                 return published
@@ -331,6 +328,19 @@ def _use_resample_sampler(config: Any, options: AdapterOptions) -> str:
         f"{estimator} skips, at most {settings['max_generation_batches']} generation rounds "
         "a step (advbudget/generation_batches); data.gen_batch_size=1"
     )
+
+
+def _described_spec(algorithm: Any) -> EstimatorSpec | None:
+    """The core spec of the estimator the run's ``algorithm`` config names (None for one
+    advbudget does not describe)."""
+    estimator = metrics_estimator(algorithm)
+    return None if estimator is None else get_spec(VERL.core_name(estimator))
+
+
+def _remembers(algorithm: Any) -> bool:
+    """Whether the run's estimator remembers prompts across steps (spo, rae)."""
+    spec = _described_spec(algorithm)
+    return spec is not None and spec.tracker is not None
 
 
 #: The run's memory (the ledger, an estimator's state) in each ``global_step_N`` folder
