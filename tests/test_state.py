@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from advbudget import EstimatorState, compute_advantages
+from advbudget.core import spo_rho
 
 from .references import reference
 
@@ -83,6 +84,31 @@ def test_spo_kl_adaptive_rho_one_value_per_prompt() -> None:
     assert state.values("b") == pytest.approx({"alpha": 0.48 + 1, "beta": 0.48})
     with pytest.raises(ValueError, match=r"^rho: expected one value per prompt"):
         spo([1, 0], ["a", "a"], state, rho=[0.9, 0.96])
+
+
+def test_spo_rho_by_hand_and_against_the_reference_formula() -> None:
+    """ρ = clip(2^(-D/0.06), 0.875, 0.96): D = 0 (a prompt seen first) -> 0.96, D = 0.06
+    (one half life) -> 0.5 -> 0.875, D = 0.005 -> 2^(-1/12) = 0.94387..."""
+    assert spo_rho([0.0, 0.005, 0.06]).tolist() == pytest.approx([0.96, 2 ** (-1 / 12), 0.875])
+    drift = np.random.default_rng(0).exponential(0.01, 64)
+    want = [min(max(2.0 ** (-d / 0.02), 0.5), 0.99) for d in drift.tolist()]
+    got = spo_rho(drift, clip_lower=0.5, clip_upper=0.99, half_life=0.02)
+    np.testing.assert_allclose(got, want, rtol=1e-15)
+
+
+@pytest.mark.parametrize(
+    ("drift", "options", "message"),
+    [
+        ([0.1, -0.01], {}, r"^drift: expected finite values >= 0 .*got -0.01 at 1"),
+        ([math.nan], {}, r"^drift: expected finite values >= 0"),
+        ([0.1], {"clip_lower": 0.97}, r"^clip_lower: expected at most clip_upper \(0.96\)"),
+        ([0.1], {"clip_upper": 1.5}, r"^clip_upper: expected a number in \[0, 1\]"),
+        ([0.1], {"half_life": 0}, r"^half_life: "),
+    ],
+)
+def test_spo_rho_refuses_bad_input(drift: Any, options: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        spo_rho(drift, **options)
 
 
 def test_unrewarded_prompts_are_not_touched() -> None:

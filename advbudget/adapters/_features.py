@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,7 @@ from advbudget.core import (
     EstimatorState,
     KappaPairs,
     kappa_pairs,
+    spo_rho,
 )
 from advbudget.core._arrays import to_host
 from advbudget.metrics import advantage_metric_dict, advantage_metrics, group_outcomes
@@ -148,6 +149,8 @@ class RunMemory:
     def __init__(self) -> None:
         self.ledger: PromptLedger | None = None
         self.estimator_state: EstimatorState | None = None
+        # rho="kl": in memory only (see LastResponses), never in state_dict.
+        self.last_responses = LastResponses()
 
     def __bool__(self) -> bool:
         """Whether there is anything to save."""
@@ -160,12 +163,14 @@ class RunMemory:
         where: str,
         *,
         remember: bool = True,
+        rho: np.ndarray | None = None,
     ) -> dict[str, Any]:
         """The :func:`~advbudget.compute_advantages` keywords of an estimator with memory:
         this run's state and one stable prompt identity per row (``row_prompts``, as the
         ledger's); none for the others. ``where`` names, in the error, what the framework
         failed to hand over. ``remember=False`` (an evaluation pass): scored against the
-        run's memory, which it leaves as it was."""
+        run's memory, which it leaves as it was. ``rho``: the step's KL-adaptive forgetting
+        factor per row (:meth:`LastResponses.rho`), given to ``spo``."""
         if spec.tracker is None:
             return {}
         if row_prompts is None:
@@ -173,7 +178,8 @@ class RunMemory:
         if self.estimator_state is None:
             self.estimator_state = EstimatorState()
         state = self.estimator_state if remember else self.estimator_state.copy()
-        return {"state": state, "prompt_ids": list(row_prompts)}
+        forgetting = {} if rho is None or not remember else {"rho": rho}
+        return {"state": state, "prompt_ids": list(row_prompts), **forgetting}
 
     def state_dict(self) -> dict[str, Any]:
         """The memory as plain JSON types."""
@@ -219,6 +225,108 @@ class RunMemory:
 _MEMORY_VERSION = 1
 
 
+#: The trainer's side of :meth:`LastResponses.rho`. ``ResponsesNow(rows)``: the step's
+#: responses at those rows of the batch: a handle for each (what ``Rescore`` takes: the
+#: tokens, on the host) and its token log-probs under the current policy (1-D, the
+#: response's tokens only). ``Rescore(handles)``: the token log-probs of earlier responses
+#: under the current policy, in the same layout. ``Share``: on several processes, every
+#: process's drifts, merged (each measures the prompts whose last response it holds).
+ResponsesNow = Callable[[list[int]], tuple[list[Any], list[np.ndarray]]]
+Rescore = Callable[[list[Any]], list[np.ndarray]]
+Share = Callable[[dict[Any, float]], dict[Any, float]]
+
+
+class LastResponses:
+    """SPO's KL-adaptive forgetting (``rho="kl"``), measured from the trainer's log-probs.
+
+    Per prompt it keeps the prompt's last response (its last row in the last step that
+    scored it) and that response's token log-probs then. At each training step, a prompt
+    seen before has that response scored again by the current policy; its drift D is the
+    mean |Δ log-prob| over the response's tokens, and its ρ = clip(2^(-D/0.06), 0.875, 0.96)
+    (:func:`advbudget.core.spo_rho`): a policy that moved far on a prompt forgets the
+    prompt's old successes faster. A prompt seen for the first time has D = 0. Then the
+    step's last responses replace the ones kept.
+
+    Choice: SPO's reference measures after the actor update, adapters measure when they
+    compute the advantages, before it; so D spans the updates between the prompt's two
+    scorings, without this step's own. One extra forward pass over one response per prompt
+    of the step (1/G of the batch). The responses are kept in memory only, as the reference
+    keeps them: after a resume, a prompt counts as first seen until it comes back.
+
+    Examples:
+        >>> import numpy as np
+        >>> kept = LastResponses()
+        >>> now = lambda rows: ([f"response {r}" for r in rows], [np.zeros(2) for _ in rows])
+        >>> rescore = lambda handles: [np.array([0.03, 0.09]) for _ in handles]
+        >>> rho, metrics = kept.rho(["a", "a", "b"], now, rescore)
+        >>> rho.tolist(), metrics["spo_first_seen_fraction"]
+        ([0.96, 0.96, 0.96], 1.0)
+        >>> rho, metrics = kept.rho(["b", "c"], now, rescore)  # b's drift: 0.06, c's first
+        >>> rho.tolist(), metrics["spo_drift_mean"]
+        ([0.875, 0.96], 0.03)
+    """
+
+    def __init__(self) -> None:
+        self._kept: dict[Any, tuple[Any, np.ndarray]] = {}
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def rho(
+        self,
+        row_prompts: Sequence[Any],
+        now: ResponsesNow,
+        rescore: Rescore,
+        *,
+        local: range | None = None,
+        share: Share | None = None,
+        prefix: str = "",
+    ) -> tuple[np.ndarray, dict[str, float]]:
+        """The step's ρ per row (equal on a prompt's rows), and its metrics
+        (``spo_drift_mean``, ``spo_rho_mean``, ``spo_first_seen_fraction``, over the
+        step's prompts, ``prefix``-ed); the step's last responses are kept. ``local``: the
+        rows whose responses this process holds (every row by default); ``rescore`` is
+        called on every process, with no handle too (a sharded model needs every rank)."""
+        last: dict[Any, int] = {}
+        for row, prompt in enumerate(row_prompts):
+            last[prompt] = row
+        seen = [prompt for prompt in last if prompt in self._kept]
+        again = rescore([self._kept[prompt][0] for prompt in seen])
+        drift = {
+            prompt: _mean_drift(self._kept[prompt][1], logps, prompt)
+            for prompt, logps in zip(seen, again, strict=True)
+        }
+        if share is not None:
+            drift = share(drift)
+        drifts = np.array([drift.get(prompt, 0.0) for prompt in last])
+        by_prompt = dict(zip(last, spo_rho(drifts).tolist(), strict=True))
+
+        mine = [p for p in last if local is None or last[p] in local]
+        handles, logps = now([last[p] for p in mine])
+        for prompt in last:  # replaced here, or now kept by the process that holds it
+            self._kept.pop(prompt, None)
+        for prompt, handle, values in zip(mine, handles, logps, strict=True):
+            self._kept[prompt] = (handle, np.asarray(values, dtype=np.float32))
+        metrics = {
+            "spo_drift_mean": float(drifts.mean()),
+            "spo_rho_mean": float(np.mean(list(by_prompt.values()))),
+            "spo_first_seen_fraction": 1.0 - len(drift) / len(last),
+        }
+        rho = np.array([by_prompt[prompt] for prompt in row_prompts])
+        return rho, {prefix + key: value for key, value in metrics.items()}
+
+
+def _mean_drift(before: np.ndarray, after: np.ndarray, prompt: Any) -> float:
+    """D of one response: the mean |Δ log-prob| over its tokens (0 with none)."""
+    after = np.asarray(after, dtype=np.float64)
+    if after.shape != before.shape:
+        raise RuntimeError(
+            f"rho='kl': prompt {prompt!r}'s last response came back with {after.shape} "
+            f"token log-probs, it had {before.shape}"
+        )
+    return float(np.abs(after - before).mean()) if after.size else 0.0
+
+
 def _no_prompts(spec: EstimatorSpec, where: str) -> ValueError:
     """The error of an estimator with memory called without a prompt per rollout."""
     return ValueError(
@@ -227,16 +335,21 @@ def _no_prompts(spec: EstimatorSpec, where: str) -> ValueError:
     )
 
 
-def check_memory(spec: EstimatorSpec, options: AdapterOptions, key: str) -> None:
+def check_memory(spec: EstimatorSpec, options: AdapterOptions, key: Callable[[str], str]) -> None:
     """Refuse what an estimator with memory cannot do: ``skipped_groups="resample"``
     scores a step's prompts once per generation round and again on the assembled batch,
-    and each scoring would update the memory. ``key`` is the framework's key of
-    ``skipped_groups``."""
+    and each scoring would update the memory; ``rho="kl"`` is ``spo``'s alone. ``key``
+    gives the framework's key of an option."""
     if spec.tracker is not None and options.skipped_groups == "resample":
         raise ValueError(
-            f"{key}: estimator {spec.name!r} remembers each prompt across steps, which "
-            "'resample' would update once per generation round; expected 'keep' or 'drop', "
-            "got 'resample'"
+            f"{key('skipped_groups')}: estimator {spec.name!r} remembers each prompt across "
+            "steps, which 'resample' would update once per generation round; expected "
+            "'keep' or 'drop', got 'resample'"
+        )
+    if options.kl_rho and spec.option("rho") is None:
+        raise ValueError(
+            f"{key('rho')}: 'kl' is spo's KL-adaptive forgetting; estimator {spec.name!r} "
+            "takes no rho"
         )
 
 
@@ -371,8 +484,16 @@ def take_published(rows: int) -> AdvantageResult | None:
     return result
 
 
+@dataclass(frozen=True)
+class _Loan:
+    memory: RunMemory
+    row_prompts: Sequence[Any]
+    remember: bool
+    rho: np.ndarray | None
+
+
 class _Lent(threading.local):
-    memory: tuple[RunMemory, Sequence[Any], bool] | None = None
+    loan: _Loan | None = None
 
 
 _LENT = _Lent()
@@ -380,17 +501,21 @@ _LENT = _Lent()
 
 @contextlib.contextmanager
 def lend_memory(
-    memory: RunMemory, row_prompts: Sequence[Any], *, remember: bool = True
+    memory: RunMemory,
+    row_prompts: Sequence[Any],
+    *,
+    remember: bool = True,
+    rho: np.ndarray | None = None,
 ) -> Iterator[None]:
     """For a framework that calls the estimator itself with the rewards alone (tunix,
-    verl): the run's memory and the step's prompt of each row, lent to the estimator calls
-    made in this thread while the block runs (:func:`lent_keywords`): the way back of
-    :func:`publish`."""
-    previous, _LENT.memory = _LENT.memory, (memory, row_prompts, remember)
+    verl): the run's memory, the step's prompt of each row and (``rho="kl"``) its ρ per
+    row, lent to the estimator calls made in this thread while the block runs
+    (:func:`lent_keywords`): the way back of :func:`publish`."""
+    previous, _LENT.loan = _LENT.loan, _Loan(memory, row_prompts, remember, rho)
     try:
         yield
     finally:
-        _LENT.memory = previous
+        _LENT.loan = previous
 
 
 def lent_keywords(spec: EstimatorSpec, rows: int, where: str) -> dict[str, Any]:
@@ -399,8 +524,7 @@ def lent_keywords(spec: EstimatorSpec, rows: int, where: str) -> dict[str, Any]:
     another batch than the ``rows`` rewards count as none); none for the others."""
     if spec.tracker is None:
         return {}
-    lent = _LENT.memory
-    if lent is None or len(lent[1]) != rows:
+    loan = _LENT.loan
+    if loan is None or len(loan.row_prompts) != rows:
         raise _no_prompts(spec, where)
-    memory, row_prompts, remember = lent
-    return memory.keywords(spec, row_prompts, where, remember=remember)
+    return loan.memory.keywords(spec, loan.row_prompts, where, remember=loan.remember, rho=loan.rho)

@@ -143,6 +143,15 @@ DEFAULT_MAX_GENERATION_BATCHES = 10
 #: The core's options besides each estimator's own, read by every adapter.
 CORE_OPTIONS = ("tie_rtol", "tie_atol", "nan_policy")
 
+#: The value of ``spo``'s ``rho`` that asks the adapter for SPO's KL-adaptive forgetting,
+#: measured from the trainer's log-probs (:class:`~._features.LastResponses`).
+KL_RHO = "kl"
+
+
+def is_kl_rho(name: str, value: Any) -> bool:
+    """Whether option ``name`` = ``value`` asks for the KL-adaptive ρ (``rho="kl"``)."""
+    return name == "rho" and isinstance(value, str) and value.strip().lower() == KL_RHO
+
 
 @dataclass(frozen=True)
 class AdapterOptions:
@@ -160,6 +169,8 @@ class AdapterOptions:
         kappa_every: κ_eff every this many steps (0: off).
         group_weight: a difficulty weight on the estimator's advantages (None: none);
             its solved share uses ``solved_reward`` (1.0 when the split is off).
+        kl_rho: ``rho="kl"``: ``spo`` forgets at SPO's KL-adaptive rate, which the
+            adapter measures from the policy's log-probs each step.
     """
 
     framework: str
@@ -169,6 +180,7 @@ class AdapterOptions:
     max_generation_batches: int = DEFAULT_MAX_GENERATION_BATCHES
     kappa_every: int = 0
     group_weight: GroupWeight | None = None
+    kl_rho: bool = False
 
     @property
     def prompt_ledger(self) -> bool:
@@ -184,12 +196,14 @@ class AdapterOptions:
         key: Callable[[str], str] = str,
         off: str = "None",
         resample_refused: str | None = None,
+        kl_rho_refused: str | None = None,
     ) -> AdapterOptions:
         """The options of one run: ``read(name)`` is the framework's value of option
         ``name`` (:data:`UNSET` when unset), ``key(name)`` the framework's own key for it (named by
         a refusal), ``off`` the framework's word for None. Defaults come from the
         framework's ``convention`` row. A bad value raises a one-line ValueError naming
-        the framework's key.
+        the framework's key. ``resample_refused`` and ``kl_rho_refused`` are the reasons a
+        framework cannot resample or measure ``rho="kl"`` (then that value is refused).
 
         Examples:
             >>> from advbudget.core import get_convention
@@ -206,9 +220,21 @@ class AdapterOptions:
             ValueError: kappa_every: expected an int >= 0, got -1
         """
         estimator_options = {}
+        kl_rho = False
         for name in (*convention.option_names(), *CORE_OPTIONS):
             value = read(name)
-            if value is not UNSET:
+            if is_kl_rho(name, value):
+                if kl_rho_refused is not None:
+                    raise ValueError(
+                        f"{key(name)}: {KL_RHO!r} is not available here: {kl_rho_refused}"
+                    )
+                kl_rho = True
+            elif name == "rho" and isinstance(value, str):
+                raise ValueError(
+                    f"{key(name)}: expected a number in [0, 1] or {KL_RHO!r} (SPO's "
+                    f"KL-adaptive forgetting), got {value!r}"
+                )
+            elif value is not UNSET:
                 estimator_options[name] = check_estimator_option(name, value, key(name))
         solved = read("solved_reward")
         max_rounds = read("max_generation_batches")
@@ -243,6 +269,7 @@ class AdapterOptions:
             group_weight=(
                 None if weight is UNSET else parse_group_weight_option(weight, key("group_weight"))
             ),
+            kl_rho=kl_rho,
         )
 
     def weight_keywords(self) -> dict[str, Any]:

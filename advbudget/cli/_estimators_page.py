@@ -151,6 +151,19 @@ def _memory_section() -> list[str]:
         "`skipped_groups=resample` (which would score a step's prompts once per generation "
         "round).",
         "",
+        "`spo`'s KL-adaptive forgetting: ρ = clip(2^(-D/0.06), 0.875, 0.96) per prompt, D "
+        "the mean |Δ log-prob| over the tokens of the prompt's last response between the "
+        "policy that scored it then and the current one (0 for a prompt seen first), so a "
+        "policy that moved far on a prompt forgets its old successes faster. "
+        "`advbudget.core.spo_rho(drift)` gives the values to pass as `rho=`; an adapter "
+        'given `rho="kl"` measures D itself: it keeps each prompt\'s last response and '
+        "its token log-probs, and scores it again with the policy when the prompt comes "
+        "back (one extra forward pass over one response per prompt of the step, 1/G of the "
+        "batch). SPO's reference measures after the actor update, the adapters when they "
+        "compute the advantages, before it (so D leaves out the step's own update); the "
+        "responses are kept in memory only, as the reference keeps them, so after a resume a "
+        "prompt counts as first seen until it comes back.",
+        "",
         "In the trainers (the same option as any estimator; the state is saved with the "
         "trainer's checkpoint and restored on resume):",
         "",

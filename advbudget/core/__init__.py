@@ -44,6 +44,7 @@ from .estimators import (
     register_estimator,
     unregister_estimator,
 )
+from .estimators.stateful import spo_rho
 
 __all__ = [
     "CONVENTIONS",
@@ -80,6 +81,7 @@ __all__ = [
     "rloo_advantage",
     "sequence_advantages",
     "sequence_logprobs",
+    "spo_rho",
     "token_advantages",
     "unregister_estimator",
     "whiten_tokens",

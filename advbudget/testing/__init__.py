@@ -134,8 +134,9 @@ def assert_memory_replays(
     **options: Any,
 ) -> None:
     """Check a run of an estimator with memory (``spo``, ``rae``) against the core: each
-    call (``{"prompt_ids": [...], "rewards": [...], "advantages": [...]}``, in the run's
-    order, a resume's calls after the run it resumed) must equal
+    call (``{"prompt_ids": [...], "rewards": [...], "advantages": [...]}``, and spo's
+    per-row ``"rho"`` when the run measured it, in the run's order, a resume's calls after
+    the run it resumed) must equal
     :func:`~advbudget.compute_advantages` on one :class:`~advbudget.EstimatorState` fed
     the calls before it, as an uninterrupted run computes them; and the last call must
     differ from the same call on a fresh state (else the check could not see a memory
@@ -144,9 +145,10 @@ def assert_memory_replays(
 
     def scored(call: Mapping[str, Any], memory: EstimatorState) -> Any:
         rewards = np.asarray(call["rewards"], dtype=np.float64)
+        rho = {"rho": np.asarray(call["rho"])} if "rho" in call else {}
         return compute_advantages(
             rewards, estimator, group_size=1, prompt_ids=call["prompt_ids"], state=memory,
-            **options,
+            **options, **rho,
         ).advantages  # fmt: skip
 
     state, fresh = EstimatorState(), None

@@ -189,3 +189,127 @@ def test_the_group_weight_is_read_once_for_every_framework() -> None:
     given = compute_advantages(rewards, "dr", group_size=4, **lead.compute_keywords(get_spec("dr")))
     expected = compute_advantages(rewards, "dr", group_size=4, group_weight="grpo_lead")
     np.testing.assert_array_equal(given.advantages, expected.advantages)
+
+
+def test_kl_rho_is_read_once_and_refused_off_spo() -> None:
+    """``rho="kl"`` (any case) is the adapter's to measure, never an estimator option;
+    ``check_memory`` refuses it for an estimator without ``rho``, naming the key."""
+    from advbudget.adapters._features import check_memory
+    from advbudget.adapters._options import UNSET
+    from advbudget.core import get_convention, get_spec
+
+    def parse(**given: object) -> AdapterOptions:
+        return AdapterOptions.parse(lambda name: given.get(name, UNSET), get_convention("verl"))
+
+    kl = parse(rho=" KL")
+    assert kl.kl_rho
+    assert "rho" not in kl.estimator_options
+    assert not parse(rho=0.9).kl_rho
+    assert parse(rho=0.9).estimator_options["rho"] == 0.9
+    check_memory(get_spec("spo"), kl, lambda name: f"algorithm.advbudget.{name}")
+    with pytest.raises(ValueError, match=r"^algorithm\.advbudget\.rho: 'kl' is spo's"):
+        check_memory(get_spec("rae"), kl, lambda name: f"algorithm.advbudget.{name}")
+    with pytest.raises(ValueError, match=r"^rho: expected a number in \[0, 1\] or 'kl'"):
+        parse(rho="fast")
+
+
+class _Policy:
+    """A stand-in for a trainer's forward: response r's token log-probs are
+    ``-shift * (1 + token index)`` under the policy of the moment; ``now`` and ``rescore``
+    record what they were asked."""
+
+    def __init__(self) -> None:
+        self.shift = 0.0
+        self.asked: list[list[int]] = []
+        self.rescored: list[list[str]] = []
+
+    def logps(self, handle: str) -> np.ndarray:
+        length = int(handle.split(":")[1])
+        return -self.shift * (1 + np.arange(length))
+
+    def now(self, rows: list[int]) -> tuple[list[str], list[np.ndarray]]:
+        self.asked.append(rows)
+        handles = [f"row{r}:{r + 1}" for r in rows]
+        return handles, [self.logps(h) for h in handles]
+
+    def rescore(self, handles: list[str]) -> list[np.ndarray]:
+        self.rescored.append(handles)
+        return [self.logps(h) for h in handles]
+
+
+def test_last_responses_measure_each_prompts_drift_by_hand() -> None:
+    """Step 1 keeps each prompt's last row (a: row 1, b: row 2); at step 2 the policy has
+    moved by 0.004 per token position: a's kept response (2 tokens) drifts by
+    mean(0.004, 0.008) = 0.006, so ρ = 2^(-0.006/0.06) = 2^(-0.1); c is new (0.96)."""
+    from advbudget.adapters._features import LastResponses
+
+    kept, policy = LastResponses(), _Policy()
+    rho, metrics = kept.rho(["a", "a", "b"], policy.now, policy.rescore, prefix="x/")
+    assert rho.tolist() == [0.96] * 3
+    assert policy.asked == [[1, 2]]
+    assert policy.rescored == [[]]
+    assert metrics == {"x/spo_drift_mean": 0.0, "x/spo_rho_mean": 0.96,
+                       "x/spo_first_seen_fraction": 1.0}  # fmt: skip
+    policy.shift = 0.004
+    rho, metrics = kept.rho(["c", "a", "a"], policy.now, policy.rescore)
+    assert policy.rescored[-1] == ["row1:2"]
+    assert rho.tolist() == pytest.approx([0.96, 2**-0.1, 2**-0.1])
+    assert metrics["spo_drift_mean"] == pytest.approx(0.003)
+    assert metrics["spo_first_seen_fraction"] == 0.5
+    assert len(kept) == 3  # a replaced by its new last response (row 2), b kept, c added
+    policy.shift = 0.05
+    rho, _ = kept.rho(["a"], policy.now, policy.rescore)
+    assert policy.rescored[-1] == ["row2:3"]  # a's response of step 2, not step 1's
+    assert rho.tolist() == pytest.approx([0.875])  # D = 0.092 > one half life: clipped
+
+
+def test_last_responses_on_several_processes() -> None:
+    """Each process keeps the responses of its own rows (``local``), measures the prompts
+    it holds and shares the drifts; a prompt whose last row moved to another process is
+    dropped here (the other keeps it)."""
+    from advbudget.adapters._features import LastResponses
+
+    first, second = LastResponses(), LastResponses()
+    p1, p2 = _Policy(), _Policy()
+    shared: dict[str, float] = {}
+
+    def share(drift: dict[str, float]) -> dict[str, float]:
+        shared.update(drift)
+        return dict(shared)
+
+    prompts = ["a", "a", "b", "b"]
+    first.rho(prompts, p1.now, p1.rescore, local=range(0, 2), share=share)
+    second.rho(prompts, p2.now, p2.rescore, local=range(2, 4), share=share)
+    assert (len(first), len(second)) == (1, 1)
+    p1.shift = p2.shift = 0.004
+    shared.clear()
+    swapped = ["b", "b", "a", "a"]
+    first.rho(swapped, p1.now, p1.rescore, local=range(0, 2), share=share)
+    rho, _ = second.rho(swapped, p2.now, p2.rescore, local=range(2, 4), share=share)
+    assert p1.rescored[-1] == ["row1:2"]
+    assert p2.rescored[-1] == ["row3:4"]
+    # b (row 3, 4 tokens): D = 0.004 * 2.5 = 0.01; a (row 1, 2 tokens): D = 0.006.
+    assert rho.tolist() == pytest.approx([2 ** (-1 / 6)] * 2 + [2**-0.1] * 2)
+    assert first._kept.keys() == {"b"}
+    assert second._kept.keys() == {"a"}
+
+
+def test_last_responses_refuse_a_response_that_changed_length() -> None:
+    from advbudget.adapters._features import LastResponses
+
+    kept, policy = LastResponses(), _Policy()
+    kept.rho(["a"], policy.now, policy.rescore)
+    with pytest.raises(RuntimeError, match=r"prompt 'a''s last response came back with"):
+        kept.rho(["a"], policy.now, lambda handles: [np.zeros(5)])
+
+
+def test_run_memory_gives_rho_to_training_calls_only() -> None:
+    from advbudget.adapters._features import RunMemory, lend_memory, lent_keywords
+    from advbudget.core import get_spec
+
+    memory, rho = RunMemory(), np.array([0.9, 0.9])
+    assert memory.keywords(get_spec("spo"), ["a", "a"], "?", rho=rho)["rho"] is rho
+    assert "rho" not in memory.keywords(get_spec("spo"), ["a", "a"], "?", remember=False, rho=rho)
+    with lend_memory(memory, ["a", "a"], rho=rho):
+        assert lent_keywords(get_spec("spo"), 2, "?")["rho"] is rho
+    assert "last_responses" not in str(memory.state_dict())

@@ -44,7 +44,8 @@ from typing import Any
 
 from advbudget.core import estimator_specs, get_spec
 
-from .._options import DEFAULT_MAX_GENERATION_BATCHES, AdapterOptions
+from .._features import check_memory
+from .._options import DEFAULT_MAX_GENERATION_BATCHES, KL_RHO, AdapterOptions, is_kl_rho
 from ._convention import OPENRLHF
 from ._estimators import estimator_names, is_ours, needs_groups
 from ._hooks import HOOK, install, openrlhf_parser
@@ -111,10 +112,16 @@ def validate(flat: argparse.Namespace) -> None:
     except ValueError as error:
         raise SystemExit(f"advbudget: --algo.advantage.{error}") from None
     given = {o.name: getattr(flat, f"advbudget.{o.name}", None) for o in spec.options}
-    try:  # the estimator's checks across its options
-        spec.resolve_options({k: v for k, v in given.items() if v is not None})
+    try:  # the estimator's checks across its options (rho kl is measured, not given)
+        spec.resolve_options(
+            {k: v for k, v in given.items() if v is not None and not is_kl_rho(k, v)}
+        )
+        check_memory(spec, options, key_of)
     except (TypeError, ValueError) as error:
-        raise SystemExit(f"advbudget: --advbudget.{error}") from None
+        message = str(error)
+        raise SystemExit(
+            f"advbudget: {message if message.startswith('--') else '--advbudget.' + message}"
+        ) from None
 
 
 def _validate_skipped_groups(flat: argparse.Namespace, options: AdapterOptions, ours: bool) -> None:
@@ -152,8 +159,20 @@ def option_flags() -> dict[str, Any]:
         if name in _OWN_FLAGS:
             raise ValueError(f"an estimator option named {name!r} clashes with --advbudget.{name}")
         defaults = [o.default for s in estimator_specs() if (o := s.option(name)) is not None]
-        flags[name] = _argparse_type(defaults[0])
+        flags[name] = _rho if name == "rho" else _argparse_type(defaults[0])
     return flags
+
+
+def _rho(text: str) -> float | str:
+    """``--advbudget.rho``: a number, or ``kl`` (spo's KL-adaptive forgetting)."""
+    if is_kl_rho("rho", text):
+        return KL_RHO
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number in [0, 1] or {KL_RHO!r}, got {text!r}"
+        ) from None
 
 
 def _argparse_type(default: Any) -> Any:

@@ -38,6 +38,7 @@ OPENRLHF = Convention(
     whole_batch="every experience of the step, concatenated, in the PPOTrainer actor",
     memory=(
         "identity: the prompt text of each sample; state: the checkpoint's `client_states` "
-        "(`advbudget_memory`), in the PPOTrainer actor"
+        "(`advbudget_memory`), in the PPOTrainer actor; spo's `--advbudget.rho kl`: "
+        "the actor group's `forward` scores each kept response again"
     ),
 )

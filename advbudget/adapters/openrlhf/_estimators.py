@@ -62,7 +62,7 @@ from .._features import (
 )
 from .._options import AdapterOptions
 from ._convention import OPENRLHF
-from ._hooks import ray_ships_views_compactly
+from ._hooks import actor_log_probs, data_parallel_ranks, ray_ships_views_compactly
 from ._options import key_of, options_of, read_options
 from ._returns import cumulative_returns
 
@@ -162,8 +162,12 @@ def compute_advantages_and_returns(
     groups = make_groups(rewards, group_size=n, positions=slots)
     inputs = _inputs(name, core, experiences, rewards)
     texts = _prompt_texts(experiences, rewards.numel())
+    rho, forgetting = _forgetting(maker, experiences, texts) if run.kl_rho else (None, {})
     memory = run_memory(maker).keywords(
-        get_spec(core), texts, "OpenRLHF's experiences carry no prompt text (experience.prompts)"
+        get_spec(core),
+        texts,
+        "OpenRLHF's experiences carry no prompt text (experience.prompts)",
+        rho=rho,
     )
     result = compute_advantages(rewards, core, groups=groups, **options, **inputs, **memory)
     step = Step(result, run, METRIC_PREFIX)  # the step's one result: every feature reads it
@@ -210,6 +214,7 @@ def compute_advantages_and_returns(
         info["group_reward_std"] = groups.flat(std.expand(-1, n))
     metrics = per_sample_metrics(step)
     metrics.update(_ledger_metrics(maker, texts, step))
+    metrics.update({key: [value] * rewards.numel() for key, value in forgetting.items()})
     starts = list(itertools.accumulate([0, *sizes[:-1]]))  # each experience's first sample
 
     # Each experience gets views of batch tensors when Ray ships a view's own elements,
@@ -343,6 +348,70 @@ def _prompt_texts(experiences: list[Any], num: int) -> list[str] | None:
     key on. None when the experiences do not carry one per sample."""
     texts = list(itertools.chain.from_iterable(e.prompts or [] for e in experiences))
     return texts if len(texts) == num else None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Response:
+    """One sample's rows as spo's ``rho="kl"`` keeps them (host tensors): what the actor's
+    ``forward`` takes."""
+
+    sequences: Any
+    action_mask: Any
+    attention_mask: Any
+
+
+def _forgetting(
+    maker: Any, experiences: list[Any], texts: list[str] | None
+) -> tuple[Any, dict[str, float]]:
+    """``rho="kl"``: spo's ρ of each sample (experience order) and its metrics
+    (:class:`~advbudget.adapters._features.LastResponses`): the log-probs now are the
+    experiences' ``action_log_probs``, a kept response is scored again by the actor group's
+    ``forward``, as the experience maker scores them."""
+    if texts is None:
+        return None, {}  # the memory's keywords say what is missing
+    starts = list(itertools.accumulate([0] + [len(e.index) for e in experiences[:-1]]))
+
+    def now(rows: list[int]) -> tuple[list[Any], list[Any]]:
+        handles, logps = [], []
+        for row in rows:
+            j = bisect.bisect_right(starts, row) - 1
+            experience, i = experiences[j], row - starts[j]
+            handle = _Response(
+                experience.sequences[i].cpu(),
+                experience.action_mask[i].cpu(),
+                experience.attention_mask[i].cpu(),
+            )
+            handles.append(handle)
+            values = experience.action_log_probs[i].cpu()[handle.action_mask.bool()]
+            logps.append(values.float().numpy())
+        return handles, logps
+
+    return run_memory(maker).last_responses.rho(
+        texts, now, lambda handles: _rescore(maker, handles), prefix=METRIC_PREFIX
+    )
+
+
+def _rescore(maker: Any, handles: list[_Response]) -> list[Any]:
+    """The actor's token log-probs of kept responses now: one row a chunk, repeated up to a
+    multiple of the group's data-parallel ranks (every rank runs as many forwards)."""
+    if not handles:
+        return []
+    args = maker.strategy.args
+    ranks = data_parallel_ranks(maker.actor_model_group)
+    rows = [*handles, *[handles[0]] * (-len(handles) % ranks)]
+    logps = actor_log_probs(
+        maker,
+        maker.actor_model_group,
+        args.train.colocate_all or args.train.colocate_actor_ref,
+        args.ds.ring_attn_size * args.ds.tensor_parallel_size,
+        sequences=[h.sequences[None] for h in rows],
+        action_mask=[h.action_mask[None] for h in rows],
+        attention_mask=[h.attention_mask[None] for h in rows],
+    )
+    return [
+        values[0].cpu()[h.action_mask.bool()].float().numpy()
+        for values, h in zip(logps, handles, strict=False)
+    ]
 
 
 def _ledger_metrics(maker: Any, texts: list[str] | None, step: Step) -> dict[str, list[float]]:

@@ -205,6 +205,32 @@ HOOKS: tuple[Hook, ...] = (
         "openrlhf/trainer/ppo_utils/experience_maker.py:108",
         "call",
     ),
+    # spo's rho="kl": the same forward from the advantage step, over as many chunks as the
+    # group has data-parallel ranks (async_run_method_batch refuses fewer).
+    Hook(
+        _MAKER,
+        "RemoteExperienceMaker.__init__",
+        None,
+        "openrlhf/trainer/ppo_utils/experience_maker.py:37",
+        "read",
+        attribute="actor_model_group",
+    ),
+    Hook(
+        "openrlhf.trainer.ray.launcher",
+        "RayActorGroup.__init__",
+        None,
+        "openrlhf/trainer/ray/launcher.py:232",
+        "read",
+        attribute="duplicate_actors",
+    ),
+    Hook(
+        "openrlhf.trainer.ray.launcher",
+        "RayActorGroup._initiate_actors",
+        None,
+        "openrlhf/trainer/ray/launcher.py:268",
+        "read",
+        attribute="_actor_handlers",
+    ),
     Hook(
         "openrlhf.trainer.ray.launcher",
         "RayActorGroup.async_run_method",
@@ -316,6 +342,13 @@ def actor_log_probs(
     dispatched and gathered as the experience maker does for ``action_log_probs``."""
     refs = maker._dispatch_forward(group, sync, **batch)
     return list(maker._flatten_results(refs, duplicate_factor))
+
+
+def data_parallel_ranks(group: Any) -> int:
+    """How many chunks the actor group's ``async_run_method_batch`` splits a batch into
+    (one per data-parallel rank: its actors over ring-attention and tensor-parallel
+    copies, ``launcher.py:347-348``)."""
+    return max(1, len(group._actor_handlers) // group.duplicate_actors)
 
 
 def ray_ships_views_compactly() -> bool:

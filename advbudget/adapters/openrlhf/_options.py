@@ -64,6 +64,6 @@ def options_of(holder: Any, args: Any) -> AdapterOptions:
         options = read_options(args)
         name = getattr(getattr(getattr(args, "algo", None), "advantage", None), "estimator", "")
         if name in OPENRLHF.names():
-            check_memory(get_spec(OPENRLHF.core_name(name)), options, key_of("skipped_groups"))
+            check_memory(get_spec(OPENRLHF.core_name(name)), options, key_of)
         setattr(holder, _OPTIONS_ATTR, options)
     return options

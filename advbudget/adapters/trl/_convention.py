@@ -36,7 +36,9 @@ TRL = Convention(
     whole_batch="the rewards gathered from every process (TRL's reward step)",
     memory=(
         "identity: each completion's `prompt` (gathered from every process); state: "
-        "`advbudget_state.json` in each `checkpoint-N` folder; evaluation reads it only"
+        "`advbudget_state.json` in each `checkpoint-N` folder; evaluation reads it only; "
+        'spo\'s `advantage_options={"rho": "kl"}`: TRL\'s forward scores each kept '
+        "response again"
     ),
     components="the rewards of each reward function (reward_funcs), weighted by reward_weights",
 )

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from advbudget.core import (
@@ -97,6 +98,16 @@ _COMPUTE_KEYWORDS = (
 _EXTREMES = ("advantage_min", "advantage_max", "group_weight_min", "group_weight_max")
 # The adapter's counters, saved in each checkpoint folder and read back on resume.
 STATE_FILE = "advbudget_state.json"
+
+
+@dataclass(frozen=True)
+class _Response:
+    """A completion as spo's ``rho="kl"`` keeps it: its prompt's tokens, its tokens up to
+    the last one in ``completion_mask``, and that mask (host tensors)."""
+
+    prompt: torch.Tensor
+    completion: torch.Tensor
+    mask: torch.Tensor
 
 
 @dataclass
@@ -282,7 +293,11 @@ class AdvBudgetGRPOTrainer(TrainerHooks, GRPOTrainer):  # type: ignore[misc, unu
         # advantage_options as given (a key the estimator does not take is refused below),
         # with the checked values of the options read.
         overrides = {
-            **(advantage_options or {}),
+            **{
+                k: v
+                for k, v in (advantage_options or {}).items()
+                if not (options.kl_rho and k == "rho")  # measured each step: see _forgetting
+            },
             **options.estimator_options,
             **options.weight_keywords(),
         }
@@ -293,7 +308,7 @@ class AdvBudgetGRPOTrainer(TrainerHooks, GRPOTrainer):  # type: ignore[misc, unu
         self.advantage_settings = settings
         self.advbudget_options: AdapterOptions = options
         if spec is not None:
-            check_memory(spec, options, "skipped_groups")
+            check_memory(spec, options, str)
         self._advbudget_spec = spec
         # The ledger and an estimator's memory: kept with each checkpoint (advbudget_state).
         self.advbudget_memory = RunMemory().with_ledger(prompt_ledger and options.prompt_ledger)
@@ -351,7 +366,8 @@ class AdvBudgetGRPOTrainer(TrainerHooks, GRPOTrainer):  # type: ignore[misc, unu
         local_size = int(output["advantages"].shape[0])
         start = self.accelerator.process_index * local_size
         local = slice(start, start + local_size)
-        rounds = [self._scored(inputs, rewards, group_size, mode)]
+        rho, forgetting = self._forgetting(inputs, output, start, mode)
+        rounds = [self._scored(inputs, rewards, group_size, mode, rho)]
         step = rounds[0][0]
         resample = mode == "train" and options.skipped_groups == "resample"
         if resample:
@@ -370,6 +386,7 @@ class AdvBudgetGRPOTrainer(TrainerHooks, GRPOTrainer):  # type: ignore[misc, unu
             self._drop_invalid_rows(output, valid, local, mode)
 
         metrics = {k: v for k, v in step_metrics(step).items() if not k.endswith(_EXTREMES)}
+        metrics.update(forgetting)
         if resample:
             metrics.update(sampled_group_metrics([round_step for round_step, _ in rounds]))
         if self.prompt_ledger is not None and mode == "train":
@@ -458,6 +475,7 @@ class AdvBudgetGRPOTrainer(TrainerHooks, GRPOTrainer):  # type: ignore[misc, unu
         group_size: int,
         row_prompts: list[int] | None = None,
         mode: str = "train",
+        rho: np.ndarray | None = None,
     ) -> AdvantageResult:
         memory: dict[str, Any] = {}
         if self._advbudget_spec is not None:
@@ -467,6 +485,7 @@ class AdvBudgetGRPOTrainer(TrainerHooks, GRPOTrainer):  # type: ignore[misc, unu
                 "AdvBudgetGRPOTrainer passes the prompt of each completion (prompt_key of "
                 "its 'prompt'); compute_group_advantages(..., prompts=) takes them",
                 remember=mode == "train",
+                rho=rho,
             )
         return compute_advantages(
             rewards,
@@ -490,20 +509,92 @@ class AdvBudgetGRPOTrainer(TrainerHooks, GRPOTrainer):  # type: ignore[misc, unu
         return keys
 
     def _scored(
-        self, inputs: list[Any], rewards: torch.Tensor, group_size: int, mode: str
+        self,
+        inputs: list[Any],
+        rewards: torch.Tensor,
+        group_size: int,
+        mode: str,
+        rho: np.ndarray | None = None,
     ) -> tuple[Step, list[int]]:
         """One generation round's advantages (computed once, and shown in TRL's completions
         log), and the prompt identity of each group of the global batch for the ledger
-        (empty when it is off, or in eval)."""
+        (empty when it is off, or in eval). ``rho``: spo's forgetting per row (rho="kl")."""
         stateful = self._advbudget_spec is not None and self._advbudget_spec.tracker is not None
         ledger = self.prompt_ledger is not None and mode == "train"
         keys = self._row_prompts(inputs) if stateful or ledger else None
-        result = self._advantages(rewards, group_size, keys, mode)
+        result = self._advantages(rewards, group_size, keys, mode, rho)
         step = Step(result, self.advbudget_options, METRIC_PREFIX)
         self._replace_logged_advantages(step.result.advantages)
         if not ledger or keys is None:
             return step, []
         return step, group_prompts(step, keys)
+
+    # -- rho="kl": spo's KL-adaptive forgetting ------------------------------------------
+
+    def _forgetting(
+        self, inputs: list[Any], output: dict[str, Any], start: int, mode: str
+    ) -> tuple[np.ndarray | None, dict[str, float]]:
+        """With ``rho="kl"``, in training: spo's ρ of each row of the global batch and its
+        metrics (:class:`~advbudget.adapters._features.LastResponses`). Each process keeps
+        the last responses of the rows it holds, scores them again when their prompt comes
+        back, and shares the drifts with the others."""
+        if not (self.advbudget_options.kl_rho and mode == "train"):
+            return None, {}
+        local_size = int(output["completion_ids"].shape[0])
+
+        def now(rows: list[int]) -> tuple[list[Any], list[np.ndarray]]:
+            handles = [_response(output, row - start) for row in rows]
+            old = output.get("old_per_token_logps")
+            if old is None:  # TRL computed none this step (one update per generation)
+                return handles, self._token_logps(handles)
+            logps = [
+                old[row - start, : h.mask.shape[0]].cpu()[h.mask]
+                for row, h in zip(rows, handles, strict=True)
+            ]
+            return handles, [values.float().numpy() for values in logps]
+
+        share = None
+        if self.accelerator.num_processes > 1:
+            from accelerate.utils import gather_object  # type: ignore[import-untyped, unused-ignore]
+
+            def share(drift: dict[Any, float]) -> dict[Any, float]:
+                return {k: v for part in gather_object([drift]) for k, v in part.items()}
+
+        return self.advbudget_memory.last_responses.rho(
+            self._row_prompts(inputs),
+            now,
+            lambda handles: self._token_logps(handles, filler=_response(output, 0)),
+            local=range(start, start + local_size),
+            share=share,
+            prefix=METRIC_PREFIX,
+        )
+
+    def _token_logps(self, handles: list[_Response], filler: Any = None) -> list[np.ndarray]:
+        """The policy's log-probs of the completion tokens of ``handles``, one forward pass
+        through TRL's own (a sharded model needs every process in it: with no response
+        here, ``filler`` goes through and nothing comes back)."""
+        if not handles and (filler is None or self.accelerator.num_processes == 1):
+            return []
+        batch = handles or [filler]
+        prompt_width = max(int(h.prompt.shape[0]) for h in batch)
+        width = max(int(h.completion.shape[0]) for h in batch)
+        ids, masks, pad = [], [], pad_token_id(self)
+        for h in batch:
+            left = prompt_width - int(h.prompt.shape[0])
+            right = width - int(h.completion.shape[0])
+            tokens = torch.cat([h.prompt, h.completion])
+            ids.append(torch.nn.functional.pad(tokens, (left, right), value=pad))
+            masks.append(torch.nn.functional.pad(torch.ones_like(tokens), (left, right)))
+        device = self.accelerator.device
+        with torch.no_grad():
+            logps = per_token_logps(
+                self,
+                torch.stack(ids).to(device),
+                torch.stack(masks).to(device),
+                width,
+                batch_size=self.args.per_device_train_batch_size,
+            ).cpu()
+        return [logps[i, : h.mask.shape[0]][h.mask].float().numpy() for i, h in enumerate(handles)]
 
     # -- skipped_groups="resample" -----------------------------------------------------
 
@@ -799,6 +890,17 @@ def _check_loss_path(
             "patched trainer, such as Unsloth's, bypasses the adapter's per-sequence "
             f"normaliser); {fix}"
         )
+
+
+def _response(output: dict[str, Any], row: int) -> _Response:
+    """One row of TRL's generation output, on the host and without padding: what spo's
+    ``rho="kl"`` scores again later."""
+    prompt = output["prompt_ids"][row][output["prompt_mask"][row].bool()]
+    mask = output["completion_mask"][row].bool()
+    length = int(mask.nonzero().max()) + 1 if mask.any() else 0
+    return _Response(
+        prompt.cpu(), output["completion_ids"][row][:length].cpu(), mask[:length].cpu()
+    )
 
 
 def _take_rows(

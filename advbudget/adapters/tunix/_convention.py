@@ -25,6 +25,7 @@ TUNIX = Convention(
     memory=(
         "identity: each row's prompt text, lent by AdvBudgetGRPOLearner to the estimator "
         "tunix calls; state: the custom metadata of tunix's actor checkpoints "
-        "(`advbudget_memory`); evaluation reads it only"
+        '(`advbudget_memory`); evaluation reads it only; spo\'s `rho="kl"` is not '
+        "available (refused)"
     ),
 )

@@ -62,7 +62,16 @@ def read_options(given: Mapping[str, Any]) -> AdapterOptions:
         TUNIX,
         key=key_of,
         resample_refused=RESAMPLE_REFUSED,
+        kl_rho_refused=KL_RHO_REFUSED,
     )
+
+
+#: Why ``rho="kl"`` is refused in tunix: not built (the learner would score each kept
+#: response again with the actor, one extra forward pass a step).
+KL_RHO_REFUSED = (
+    "the adapter does not score past responses again with tunix's actor yet; give spo a "
+    "constant rho in [0, 1] (default 0.875)"
+)
 
 
 def _refuse_unknown(given: Mapping[str, Any], allowed: list[str]) -> None:

@@ -67,8 +67,8 @@ from ._hooks import (
     trainer_registry,
 )
 from ._metrics import METRIC_PREFIX, batch_result, metrics_estimator
-from ._options import option, read_options
-from ._skipped import DROP_FLAG, SKIPPED_GROUPS_OPTION, check_options, drop_rule
+from ._options import key_of, option, read_options
+from ._skipped import DROP_FLAG, check_options, drop_rule
 
 # Our mode name -> (module, class, verl's mode name) of the verl trainer it extends.
 BASE_TRAINERS = {
@@ -130,7 +130,7 @@ def _make_trainer(base: type, base_mode: str) -> type:
             self._advbudget_skipped_groups = check_options(config, trainer_mode=mode)
             spec = _described_spec(option(config, "algorithm", None))
             if spec is not None:
-                check_memory(spec, self.advbudget_options, SKIPPED_GROUPS_OPTION)
+                check_memory(spec, self.advbudget_options, key_of)
             self._advbudget_dropped = []
             if self._advbudget_skipped_groups == "drop":
                 actor = config.actor_rollout_ref.actor

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ... import checks
-from .._arrays import Array
+from .._arrays import Array, to_host
 from .._state import PromptBatch, Tracker, per_rollout
 from .._stats import GroupedRewards, batch_whiten
 from ._spec import EstimatorSpec, Rule, declare_into
@@ -91,6 +91,48 @@ def _spo_update(values: np.ndarray, batch: PromptBatch, options: Mapping[str, An
     return np.stack([rho * values[:, 0] + successes, rho * values[:, 1] + failures], axis=1)
 
 
+#: SPO's KL-adaptive forgetting, the reference's constants: the drift at which ρ halves,
+#: and ρ's bounds (``rho.clip_lower`` and the fixed upper bound).
+SPO_HALF_LIFE = 0.06
+SPO_RHO_BOUNDS = (0.875, 0.96)
+
+
+def spo_rho(
+    drift: Any,
+    *,
+    clip_lower: float = SPO_RHO_BOUNDS[0],
+    clip_upper: float = SPO_RHO_BOUNDS[1],
+    half_life: float = SPO_HALF_LIFE,
+) -> np.ndarray:
+    """SPO's KL-adaptive forgetting factor ``clip(2^(-D / half_life), clip_lower,
+    clip_upper)`` of each prompt, from its drift D >= 0: the mean |Δ log-prob| over the
+    tokens of the prompt's last response, between the policy that scored it then and the
+    current one (D = 0 for a prompt seen for the first time, so ρ = ``clip_upper``). A
+    policy that moved far on a prompt forgets its old successes faster. Give the result,
+    one value per rollout, as ``compute_advantages(..., "spo", rho=...)``; the trainer
+    adapters compute it themselves with ``rho="kl"``.
+
+    Examples:
+        >>> spo_rho([0.0, 0.005, 0.06]).round(4).tolist()
+        [0.96, 0.9439, 0.875]
+    """
+    values = to_host(drift).astype(np.float64, copy=False)
+    bad = ~(np.isfinite(values) & (values >= 0))
+    if bad.any():
+        at = int(np.argmax(bad.reshape(-1)))
+        raise ValueError(
+            f"drift: expected finite values >= 0 (a mean |Δ log-prob|), got "
+            f"{float(values.reshape(-1)[at])!r} at {at}"
+        )
+    lower = _unit("clip_lower", clip_lower)
+    upper = _unit("clip_upper", clip_upper)
+    if lower > upper:
+        raise ValueError(f"clip_lower: expected at most clip_upper ({upper}), got {lower}")
+    half = checks.positive_finite("half_life", half_life)
+    rho: np.ndarray = np.clip(np.exp2(-values / half), lower, upper)
+    return rho
+
+
 SPO = Tracker(
     fields=("alpha", "beta"),
     start=_spo_start,
@@ -109,7 +151,9 @@ SPO = Tracker(
         "rho": Rule(
             _number_or_rows(_unit),
             "forgetting factor in [0, 1], or one value per rollout (equal on a prompt's "
-            "rollouts: the KL-adaptive clip(2^(-D/0.06), 0.875, 0.96))",
+            "rollouts): SPO's KL-adaptive clip(2^(-D/0.06), 0.875, 0.96) from each "
+            "prompt's drift D (`advbudget.core.spo_rho`; the TRL and OpenRLHF adapters "
+            'measure it with rho="kl")',
         ),
         "prior": Rule(
             _prior,

@@ -112,10 +112,26 @@ def test_rejects_bad_budget() -> None:
         )  # fmt: skip
 
 
+def test_rho_kl_flag() -> None:
+    """--advbudget.rho takes a number or kl (spo's KL-adaptive forgetting), and kl is
+    refused with an estimator that has no rho, before anything starts."""
+    spo = ("--algo.advantage.estimator", "advbudget_spo", "--rollout.n_samples_per_prompt", "8")
+    assert parse(*spo, "--advbudget.rho", "KL").advbudget.rho == "kl"
+    assert parse(*spo, "--advbudget.rho", "0.9").advbudget.rho == 0.9
+    with pytest.raises(SystemExit, match=r"^advbudget: --advbudget\.rho: 'kl' is spo's"):
+        parse(
+            "--algo.advantage.estimator", "advbudget_rae", "--rollout.n_samples_per_prompt", "8",
+            "--advbudget.rho", "kl",
+        )  # fmt: skip
+    with pytest.raises(SystemExit, match=r"^advbudget: --advbudget\.rho: expected a number in"):
+        parse(*spo, "--advbudget.rho", "1.5")
+
+
 @pytest.mark.parametrize(
     "flags",
     [
         ["--algo.advantage.estimator", "nope", "--rollout.n_samples_per_prompt", "8"],
+        ["--advbudget.rho", "fast"],
         ["--advantage_estimator", "reward_budget"],  # flat flags: gone since 0.10.2
     ],
 )

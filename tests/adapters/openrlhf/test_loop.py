@@ -37,6 +37,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 pytest.importorskip("openrlhf")
@@ -230,6 +231,20 @@ def memory_resumed_run(cpu_dir: Path, memory_run: Run) -> Run:
     )  # fmt: skip
 
 
+@pytest.fixture(scope="module")
+def kl_rho_run(cpu_dir: Path, budget_run: Run) -> Run:
+    """advbudget_spo with --advbudget.rho kl for 3 episodes of one step (the same 2
+    prompts each step), rewards 0 / 1."""
+    return checked(
+        run_example(
+            _reusing(cpu_dir, "spo"), "--data.max_samples", "2", "--train.num_episodes", "3",
+            "--advbudget.rho", "kl",
+            ESTIMATOR="advbudget_spo", BUDGET="0", TOTAL_STEPS="3", KAPPA_EVERY="0",
+            ADVBUDGET_PARITY_LOW="0",
+        )
+    )  # fmt: skip
+
+
 RUNS = {
     "budget": ("budget_run", [1, 2, 3], "budget", [2]),
     "resumed_mirror": ("resumed_run", [4, 5], "grpo", [4]),
@@ -325,6 +340,31 @@ def test_memory_resumes_as_an_uninterrupted_run(memory_run: Run, memory_resumed_
     assert set(calls[2]["prompt_ids"]) == set(calls[0]["prompt_ids"])
     assert_memory_replays(calls, "rae", decay=0.5)
     assert "'advbudget_memory'" in memory_resumed_run.log
+
+
+def test_spo_forgets_at_the_rate_the_actor_moved(kl_rho_run: Run) -> None:
+    """--advbudget.rho kl: step 1 meets its prompts first (ρ = 0.96); steps 2 and 3 score
+    each prompt's last response again with the actor's forward, and its drift sets ρ. Each
+    step's advantages are the core's on one state fed the run's samples with the ρ the
+    adapter measured; the logged means are those of the ρ given to the core."""
+    from advbudget.testing import assert_memory_replays
+
+    run = kl_rho_run
+    assert sorted(run.steps) == [1, 2, 3], run.tail()
+    calls = run.memory_calls
+    assert len(calls) == 3, calls
+    assert calls[0]["rho"] == [0.96] * len(calls[0]["rho"])
+    for step, call in zip([1, 2, 3], calls, strict=True):
+        status = run.steps[step]
+        by_prompt = dict(zip(call["prompt_ids"], call["rho"], strict=True))
+        assert status["advbudget/spo_rho_mean"] == pytest.approx(
+            np.mean(list(by_prompt.values())), rel=1e-6
+        )
+        assert status["advbudget/spo_first_seen_fraction"] == (1.0 if step == 1 else 0.0)
+        if step > 1:  # the actor moved: its weights changed every step
+            assert status["advbudget/spo_drift_mean"] > 0
+            assert all(0.875 <= r < 0.96 for r in call["rho"]), call["rho"]
+    assert_memory_replays(calls, "spo")
 
 
 def test_drop_trains_on_finite_losses_on_two_ranks(two_ranks_run: Run) -> None:

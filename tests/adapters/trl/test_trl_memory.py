@@ -28,8 +28,10 @@ def _recorded(trainer: Any) -> list[tuple[list[int], list[float], list[float]]]:
     steps: list[tuple[list[int], list[float], list[float]]] = []
     original = trainer._advantages
 
-    def advantages(rewards: Any, group_size: int, row_prompts: Any = None, mode: str = "train"):
-        result = original(rewards, group_size, row_prompts, mode)
+    def advantages(
+        rewards: Any, group_size: int, row_prompts: Any = None, mode: str = "train", rho: Any = None
+    ):
+        result = original(rewards, group_size, row_prompts, mode, rho)
         if mode == "train":
             steps.append((list(row_prompts), rewards.tolist(), result.advantages.tolist()))
         return result
@@ -87,6 +89,9 @@ def test_memory_follows_the_prompts_and_survives_a_resume(
 def test_memory_refuses_resample_and_needs_prompts(make_trainer: Any) -> None:
     with pytest.raises(ValueError, match="skipped_groups: estimator 'spo' remembers"):
         make_trainer(AdvBudgetGRPOTrainer, advantage_estimator="spo", skipped_groups="resample")
+    with pytest.raises(ValueError, match="rho: 'kl' is spo's KL-adaptive forgetting"):
+        make_trainer(AdvBudgetGRPOTrainer, advantage_estimator="rae", advantage_options={
+            "rho": "kl"})  # fmt: skip
     trainer = make_trainer(AdvBudgetGRPOTrainer, advantage_estimator="rae")
     rewards = torch.tensor([[1.0], [0.0], [1.0], [1.0]])
     with pytest.raises(ValueError, match="prompt_ids: estimator 'rae' remembers"):
@@ -113,9 +118,11 @@ def test_an_evaluation_reads_the_memory_and_leaves_it(
     evaluated: list[str] = []
     original = trainer._advantages
 
-    def counted(rewards: Any, group_size: int, row_prompts: Any = None, mode: str = "train"):
+    def counted(
+        rewards: Any, group_size: int, row_prompts: Any = None, mode: str = "train", rho: Any = None
+    ):
         evaluated.append(mode)
-        return original(rewards, group_size, row_prompts, mode)
+        return original(rewards, group_size, row_prompts, mode, rho)
 
     trainer._advantages = counted
     trainer.train()
@@ -128,3 +135,83 @@ def test_an_evaluation_reads_the_memory_and_leaves_it(
         ).advantages  # fmt: skip
         np.testing.assert_allclose(advantages, expected, rtol=1e-6, atol=1e-6)
     assert trainer.advbudget_memory.estimator_state.state_dict() == state.state_dict()
+
+
+def _completion_logps(model: Any, prompt: Any, completion: Any) -> Any:
+    """log π(completion | prompt) per token, one unpadded sequence through plain
+    transformers (not TRL's forward)."""
+    ids = torch.cat([prompt, completion])[None]
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, prompt.shape[0] - 1 : -1].double()
+    return torch.log_softmax(logits, -1).gather(-1, completion[:, None])[:, 0]
+
+
+def test_kl_adaptive_rho_is_the_drift_of_each_prompts_last_response(
+    make_trainer: Any, train_dataset: Any, tiny_model: Any
+) -> None:
+    """rho="kl": each step's ρ of a prompt is clip(2^(-D/0.06), 0.875, 0.96), D the mean
+    |Δ log-prob| of the prompt's last response from its previous step, between the weights
+    of that step and this one's: recomputed here from snapshots of the weights with plain
+    transformers. A prompt's first step has D = 0 (ρ = 0.96)."""
+    import copy
+
+    from transformers import AutoModelForCausalLM
+
+    from advbudget.core import spo_rho
+
+    trainer = make_trainer(
+        AdvBudgetGRPOTrainer, advantage_estimator="spo", advantage_options={"rho": "kl"},
+        train_dataset=train_dataset.select([1, 2, 4]),
+        config={"max_steps": 4, "learning_rate": 1e-4},
+    )  # fmt: skip
+    steps: list[dict[str, Any]] = []
+    original_scored, original_forgetting = trainer._scored, trainer._forgetting
+
+    def forgetting(inputs: Any, output: Any, start: int, mode: str) -> Any:
+        steps.append({"weights": copy.deepcopy(trainer.model.state_dict()), "output": {
+            k: output[k].clone() for k in
+            ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")}})  # fmt: skip
+        return original_forgetting(inputs, output, start, mode)
+
+    def scored(inputs: Any, rewards: Any, group_size: int, mode: str, rho: Any = None) -> Any:
+        steps[-1].update(keys=[prompt_key(x["prompt"]) for x in inputs], rho=rho)
+        return original_scored(inputs, rewards, group_size, mode, rho)
+
+    trainer._forgetting, trainer._scored = forgetting, scored
+    trainer.train()
+    assert len(steps) == 4
+    logged = [e["advbudget/spo_drift_mean"] for e in trainer.state.log_history
+              if "advbudget/spo_drift_mean" in e]  # fmt: skip
+    assert len(logged) == 4
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model).eval()
+    last: dict[Any, tuple[int, int]] = {}  # prompt -> (step, row) of its last response
+    drifts_seen = []
+    for t, step in enumerate(steps):
+        drift = {}
+        for key in dict.fromkeys(step["keys"]):
+            if key not in last:
+                drift[key] = 0.0
+                continue
+            then, row = last[key]
+            out = steps[then]["output"]
+            prompt = out["prompt_ids"][row][out["prompt_mask"][row].bool()]
+            mask = out["completion_mask"][row].bool()
+            completion = out["completion_ids"][row][mask]  # the tiny model's never stop early
+            logps = []
+            for weights in (steps[then]["weights"], step["weights"]):
+                model.load_state_dict(weights)
+                logps.append(_completion_logps(model, prompt, completion))
+            drift[key] = float((logps[1] - logps[0]).abs().mean())
+        want = spo_rho(np.array([drift[k] for k in step["keys"]]))
+        np.testing.assert_allclose(step["rho"], want, rtol=0, atol=1e-5)
+        assert logged[t] == pytest.approx(np.mean(list(drift.values())), rel=1e-3, abs=1e-6)
+        drifts_seen += [d for k, d in drift.items() if k in last]
+        for row, key in enumerate(step["keys"]):
+            last[key] = (t, row)
+    # The check means something: prompts came back, the policy moved on them, and some
+    # ρ fell between the bounds (where it depends on D continuously).
+    assert len(drifts_seen) >= 3
+    assert min(drifts_seen) > 0
+    inside = [r for s in steps for r in s["rho"] if 0.875 < r < 0.96]
+    assert inside, [s["rho"] for s in steps]

@@ -91,3 +91,12 @@ def test_memory_through_the_loop_and_a_resume(tmp_path: Path, name: str) -> None
     # Without the memory the last step would have been scored against the prior.
     assert not np.allclose(calls[-1]["advantages"], fresh, atol=1e-4)
     assert resumed.advbudget_memory.estimator_state.state_dict() == state.state_dict()
+
+
+def test_rho_kl_is_refused_in_tunix_with_the_reason() -> None:
+    from advbudget.adapters.tunix import configure
+
+    with pytest.raises(ValueError, match=r"^rho: 'kl' is not available here: the adapter"):
+        configure(rho="kl")
+    assert configure(rho=0.9) == {"rho": 0.9}
+    configure()

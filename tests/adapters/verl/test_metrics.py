@@ -550,3 +550,13 @@ def test_trainer_keeps_the_prompt_ledger_across_a_checkpoint(
     fresh = trainer()
     fresh._compute_advantage(batch, metrics=(after := {}))
     assert after["advbudget/recurring_prompts"] == 0  # without the resume: a new ledger
+
+
+def test_rho_kl_is_refused_in_verl_with_the_reason() -> None:
+    """spo's rho=kl needs past responses scored again, which verl's adapter does not do:
+    refused in one line naming the key, while a number is an ordinary option."""
+    from advbudget.adapters.verl._options import read_options
+
+    with pytest.raises(ValueError, match=r"^algorithm\.advbudget\.rho: 'kl' is not available"):
+        read_options(algorithm_config("spo", rho="kl"))
+    assert read_options(algorithm_config("spo", rho=0.9)).estimator_options["rho"] == 0.9

@@ -13,7 +13,7 @@ OpenRLHF / DeepSpeed line it answers. Run the loop with fake GPU resources for R
 ``ADVBUDGET_CPU_LOOP_PROBE=FILE``: every call of the advbudget core estimator appends
 ``estimator <pid> <name>`` to FILE (the test checks it ran in the PPOTrainer actor); a call
 of an estimator with memory also ``memory <pid> <name> <json>``: each sample's prompt, reward
-and advantage, for a replay.
+and advantage (and spo's ρ under ``rho="kl"``), for a replay.
 """
 
 from __future__ import annotations
@@ -136,6 +136,8 @@ def _probe_estimator(module: Any) -> None:
                 "rewards": rewards.tolist(),
                 "advantages": result.advantages.tolist(),
             }
+            if "rho" in kwargs:  # spo's rho="kl": the forgetting of each sample
+                call["rho"] = [float(r) for r in kwargs["rho"]]
             with open(probe, "a", encoding="utf-8") as out:
                 out.write(f"memory {os.getpid()} {name} {json.dumps(call)}\n")
         return result
