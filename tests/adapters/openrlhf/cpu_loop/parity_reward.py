@@ -11,6 +11,7 @@ deterministic for a given response.
 
 from __future__ import annotations
 
+import os
 import zlib
 from typing import Any
 
@@ -19,8 +20,6 @@ from advbudget.adapters.openrlhf.rewards import reward_func as graded
 
 def reward_func(queries: list[str], prompts: list[str], labels: list[str], **kwargs: Any) -> Any:
     import torch
-
-    import os
 
     low = float(os.environ.get("ADVBUDGET_PARITY_LOW", "-1"))
     out = graded(queries, prompts, labels, **kwargs)
