@@ -145,7 +145,7 @@ def assert_memory_replays(
 
     def scored(call: Mapping[str, Any], memory: EstimatorState) -> Any:
         rewards = np.asarray(call["rewards"], dtype=np.float64)
-        rho = {"rho": np.asarray(call["rho"])} if "rho" in call else {}
+        rho: dict[str, Any] = {"rho": np.asarray(call["rho"])} if "rho" in call else {}
         return compute_advantages(
             rewards, estimator, group_size=1, prompt_ids=call["prompt_ids"], state=memory,
             **options, **rho,

@@ -348,7 +348,7 @@ def data_parallel_ranks(group: Any) -> int:
     """How many chunks the actor group's ``async_run_method_batch`` splits a batch into
     (one per data-parallel rank: its actors over ring-attention and tensor-parallel
     copies, ``launcher.py:347-348``)."""
-    return max(1, len(group._actor_handlers) // group.duplicate_actors)
+    return max(1, len(group._actor_handlers) // int(group.duplicate_actors))
 
 
 def ray_ships_views_compactly() -> bool:
