@@ -255,6 +255,8 @@ def advantage_metrics(
         (0.0, 0.5)
     """
     solved_reward = check_solved_reward(solved_reward)
+    if result.trajectories is not None:  # multi-turn rows: each trajectory counts once
+        result = result.trajectories.result
     xp = result.grouped.xp
     advantages = result.advantages
     num_groups = result.num_groups

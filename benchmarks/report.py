@@ -17,6 +17,11 @@ SECTIONS = (
     ("estimators", "maxrl and passk against a hand-written numpy floor", "make bench"),
     ("weights", "a difficulty weight (group_weight=) against its base estimator", "make bench"),
     ("state", "an estimator's memory (spo, rae) against remax's given baseline", "make bench"),
+    (
+        "trajectories",
+        "multi-turn rows (trajectory_ids) against one reward a trajectory",
+        "make bench",
+    ),
     ("gpu", "the core estimators on CUDA (torch, jax), N up to 16M", "bash benchmarks/gpu.sh"),
     ("verl", "the verl adapter against verl's grpo / grpo_vectorized", "make bench-verl"),
     ("trl", "the TRL adapter's step-time overhead", "make bench-trl"),

@@ -54,6 +54,16 @@ def test_state_benchmark_runs_and_agrees(tmp_path):
     }
 
 
+def test_trajectories_benchmark_runs_and_agrees(tmp_path):
+    output = tmp_path / "trajectories.json"
+    payload = run_benchmark("trajectories", output, "--sizes", "4096", "--repeats", "1")
+    assert payload["problems"] == []  # every row has its trajectory's advantage
+    assert {r["name"] for r in payload["ratios"]} == {
+        "rows / (2 x trajectory level + one grouping)",
+        "rows / trajectory level",
+    }
+
+
 def test_report_collects_results(tmp_path):
     spec = importlib.util.spec_from_file_location("benchmark_report", BENCHMARKS / "report.py")
     report = importlib.util.module_from_spec(spec)

@@ -26,6 +26,7 @@ from ._labels import build_groups
 from ._result import AdvantageResult
 from ._state import EstimatorState, start_call
 from ._stats import GroupedRewards, Singletons, group_rewards
+from ._trajectories import split_rows
 from ._weights import parse_group_weight, weigh
 from .estimators import Estimator, EstimatorSpec, as_spec, estimator_specs
 
@@ -51,6 +52,7 @@ def compute_advantages(
     solved_reward: float = 1.0,
     state: EstimatorState | None = None,
     prompt_ids: Any = None,
+    trajectory_ids: Any = None,
     **options: Any,
 ) -> AdvantageResult:
     """Advantages of any registered estimator, with the valid mask and group statistics.
@@ -105,6 +107,16 @@ def compute_advantages(
         prompt_ids: with ``state``: one stable identity per rollout (a list, or a 1-D
             array of ints or strings: dataset indices or prompt texts, keyed by
             :func:`advbudget.metrics.prompt_key`), not per-step uuids.
+        trajectory_ids: multi-turn rows: one trajectory label per row (ints or strings,
+            any order), with ``group_ids`` one prompt label per row. Each trajectory is
+            one rollout: its reward is the one non-NaN value among its rows (repeats of
+            it allowed; two different values raise), its prompt that of its rows; the
+            estimator scores one reward per trajectory within each prompt's group, every
+            other option (weights, state, inputs: ``response_lengths`` summed over the
+            rows) at that level, and every row gets its trajectory's advantage.
+            ``result.row_weights`` is ``1 / rows of the trajectory``, and
+            ``result.trajectories`` holds the trajectory-level result (its metrics count
+            each trajectory once). Not with ``group_size`` or ``groups``; not traced.
         **options: the estimator's own options (``budget=``; ``eps=``, ``std_correction=``)
             and extra inputs (``response_lengths=``: one value per rollout).
 
@@ -126,6 +138,40 @@ def compute_advantages(
         ([True, True, True, True, True, True], 0)
     """
     spec = as_spec(estimator)
+    if trajectory_ids is not None:
+        for name, value in (("group_size", group_size), ("groups", groups)):
+            if value is not None:
+                raise ValueError(
+                    f"{name}: a multi-turn call (trajectory_ids) groups its trajectories by "
+                    f"prompt from group_ids (one label per row); expected no {name}, got "
+                    f"{value!r}"
+                )
+        input_names = {i.name for i in spec.inputs}
+        rows = split_rows(
+            rewards,
+            trajectory_ids,
+            group_ids=group_ids,
+            nan_policy=nan_policy,
+            prompt_ids=prompt_ids,
+            inputs={k: v for k, v in options.items() if k in input_names},
+            components=spec.components,
+        )
+        scored = compute_advantages(
+            rows.rewards,
+            spec,
+            group_ids=rows.group_ids,
+            nan_policy=nan_policy,
+            tie_rtol=tie_rtol,
+            tie_atol=tie_atol,
+            singletons=singletons,
+            group_weight=group_weight,
+            solved_reward=solved_reward,
+            state=state,
+            prompt_ids=rows.prompt_ids,
+            **{k: v for k, v in options.items() if k not in input_names},
+            **rows.inputs,
+        )
+        return rows.expand(scored)
     weight = parse_group_weight(group_weight)
     bar = checks.finite("solved_reward", solved_reward)
     columns: list[tuple[Array, Array | None]] = []

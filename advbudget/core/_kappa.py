@@ -156,6 +156,12 @@ def kappa_pairs(
                 "groups: an AdvantageResult carries its grouping; expected no group_size, "
                 "group_ids or groups with it"
             )
+        if result.trajectories is not None:
+            raise ValueError(
+                "result: a multi-turn result (trajectory_ids) pairs trajectories, not rows: "
+                "pass result.trajectories.result (its rollouts are the trajectories; "
+                "result.trajectories.index maps each row to one)"
+            )
         g = result.grouped
         return _select(
             result.groups, result.advantage_rows, g.present, result.group_advantage_gap > 0

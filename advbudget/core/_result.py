@@ -7,11 +7,14 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._arrays import Array
 from ._groups import Groups
 from ._stats import GroupedRewards
+
+if TYPE_CHECKING:
+    from ._trajectories import Trajectories
 
 
 @dataclass(frozen=True, eq=False)
@@ -32,6 +35,10 @@ class AdvantageResult:
             per-token step reads (the whitening of ``reinforce``'s returns).
         group_weight: the weight's name with the options that differ from its defaults
             (``"grpo_lead"``, ``"dqw(temperature=1)"``, a callable's ``__name__``); None.
+        trajectories: a multi-turn call's rows and trajectories (``trajectory_ids=``):
+            ``advantages``, ``valid``, ``weights``, ``group_index`` and ``row_weights``
+            are per row; the groups, skips and metrics are those of the trajectory-level
+            result it holds. None for a call of one row per rollout.
     """
 
     advantages: Array
@@ -45,12 +52,15 @@ class AdvantageResult:
     options: Mapping[str, Any] = field(default_factory=dict, repr=False)
     group_weight: str | None = field(default=None, repr=False)
     weight_rows: Callable[[], Array] | None = field(default=None, repr=False)
+    trajectories: Trajectories | None = field(default=None, repr=False)
 
     @cached_property
     def weights(self) -> Array | None:
         """``[N]`` the difficulty weight each rollout's advantage was multiplied by
         (``group_weight=``; 1 where a sign-split weight met an advantage of 0); None
         without a weight. Built when first read."""
+        if self.trajectories is not None:
+            return self._on_rows(self.trajectories.result.weights)
         if self.weight_rows is None:
             return None
         return self.groups.flat(self.weight_rows())
@@ -59,6 +69,8 @@ class AdvantageResult:
     def valid(self) -> Array:
         """``[N]`` bool: the rollout takes part in the update (its group was not skipped
         and its reward was not NaN). Trainers drop the others from loss normalisation."""
+        if self.trajectories is not None:
+            return self._on_rows(self.trajectories.result.valid)
         g = self.grouped
         keep = g.xp.broadcast_to(g.expand(g.kept()), self.advantage_rows.shape)
         if g.present is not None:
@@ -68,7 +80,24 @@ class AdvantageResult:
     @cached_property
     def group_index(self) -> Array:
         """``[N]`` int: the group of each rollout, ``0..M-1`` (order of ``group_skipped``)."""
+        if self.trajectories is not None:
+            return self._on_rows(self.trajectories.result.group_index)
         return self.groups.group_index()
+
+    @cached_property
+    def row_weights(self) -> Array:
+        """``[N]``: ``1 / (rows of the row's trajectory)`` for a multi-turn call
+        (``trajectory_ids=``), so that a loss summing its rows' terms with these weights
+        counts each trajectory once; all ones otherwise."""
+        if self.trajectories is not None:
+            return self.trajectories.row_weights
+        return self.grouped.xp.ones_like(self.advantages)
+
+    def _on_rows(self, values: Any) -> Any:
+        """A per-trajectory array on the rows of a multi-turn call."""
+        if values is None or self.trajectories is None:
+            return values
+        return self.grouped.xp.take(values, self.trajectories.index, axis=0)
 
     @cached_property
     def group_advantage_gap(self) -> Array:

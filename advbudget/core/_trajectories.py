@@ -1,0 +1,270 @@
+"""Multi-turn rows: a trajectory stored as several rows (turns, segments) is one rollout.
+
+A trainer may keep an agent's trajectory as one row per turn (SkyRL's step-wise
+trajectories, verl's split episodes). Grouping those rows as rollouts is the field's
+recurring bug: per-row ids give groups of one, a trajectory of N rows counts N times in
+the group's statistics and in the loss. Here the rows go back to one rollout per
+trajectory before the estimator sees them (:class:`Rows`), and its advantages come back to
+every row of their trajectory, with a row weight ``1 / rows of the trajectory`` for a loss
+that should count a trajectory once.
+
+The bookkeeping is on the host (labels are host data); the rewards and advantages keep
+their namespace and device: a trajectory's reward is gathered from one of its rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ._arrays import Array, Namespace, as_array, device_of, is_traced, to_host
+from ._labels import _factorize_host, _to_host
+
+if TYPE_CHECKING:
+    from ._result import AdvantageResult
+
+
+@dataclass(frozen=True, eq=False)
+class Trajectories:
+    """How a call's rows map to the trajectories its estimator scored.
+
+    Attributes:
+        index: ``[N]`` int, the trajectory of each row: its rollout in ``result``
+            (trajectories in order of their first row).
+        rows: ``[T]`` rows of each trajectory; ``row_weights`` (``[N]``, built when
+            read) is ``1 / rows`` on each row: a loss that sums its rows' terms with these
+            weights counts each trajectory once.
+        result: the trajectory-level result (one rollout per trajectory): its groups,
+            skips, metrics and κ pairs are those of the call.
+    """
+
+    index: Array
+    rows: Array  # [T] rows per trajectory
+    result: AdvantageResult
+
+    @cached_property
+    def row_weights(self) -> Array:
+        """``[N]``: ``1 / (rows of the row's trajectory)``."""
+        xp = self.result.grouped.xp
+        per_trajectory = 1.0 / xp.astype(self.rows, self.result.advantages.dtype)
+        return xp.take(per_trajectory, self.index, axis=0)
+
+
+@dataclass(frozen=True)
+class Rows:
+    """A call's rows split into trajectories (host bookkeeping) and what the estimator is
+    called with: one reward, prompt label and input value per trajectory."""
+
+    codes: np.ndarray  # [N] the trajectory of each row, 0..T-1 in order of first row
+    counts: np.ndarray  # [T] rows per trajectory
+    rewards: Any  # [T] (or [T, K] / a mapping of [T]: reward components)
+    group_ids: np.ndarray  # [T] prompt label of each trajectory
+    prompt_ids: Any  # [T] or None
+    inputs: dict[str, Any]  # per-rollout inputs, one value per trajectory
+    xp: Namespace
+    device: Any
+
+    def expand(self, result: AdvantageResult) -> AdvantageResult:
+        """The trajectory-level ``result`` on the rows: every row its trajectory's
+        advantage; ``result.trajectories`` keeps the rest."""
+        xp = self.xp
+        index = xp.asarray(self.codes, device=self.device)
+        advantages = xp.take(result.advantages, index, axis=0)
+        rows = xp.asarray(self.counts, device=self.device)
+        return dataclasses.replace(
+            result, advantages=advantages, trajectories=Trajectories(index, rows, result)
+        )
+
+
+def split_rows(
+    rewards: Any,
+    trajectory_ids: Any,
+    *,
+    group_ids: Any,
+    nan_policy: str,
+    prompt_ids: Any,
+    inputs: Mapping[str, Any],
+    components: bool,
+) -> Rows:
+    """One rollout per trajectory from rows: the checks and rules of a multi-turn call.
+
+    - A trajectory's reward is the one non-NaN value among its rows (repeated on several
+      rows or not: exact equality); two different values raise, naming the trajectory. A
+      trajectory with no reward at all is NaN: ``nan_policy`` then applies to it.
+    - Its prompt label is that of its rows (two labels raise); ``prompt_ids`` likewise.
+    - ``response_lengths`` are summed over its rows; any other per-rollout input must be
+      equal on them.
+    """
+    if isinstance(rewards, Mapping):
+        first = next(iter(rewards.values()), None)
+        probe, xp = as_array(first if first is not None else [], "rewards")
+    else:
+        probe, xp = as_array(rewards, "rewards")
+    if is_traced(probe):
+        raise ValueError(
+            "trajectory_ids: a multi-turn call reads its rows' labels and rewards on the "
+            "host, which a traced call (jax.jit, torch.compile) cannot; call it outside"
+        )
+    n = int(probe.shape[0]) if probe.ndim else 0
+    if n == 0:
+        raise ValueError(f"rewards: expected one reward per row, got shape {tuple(probe.shape)}")
+    labels = _labels("trajectory_ids", trajectory_ids, n)
+    codes, counts, first = _trajectories(labels)
+    if group_ids is None:
+        raise ValueError(
+            "group_ids: a multi-turn call (trajectory_ids) groups trajectories by prompt "
+            "and needs one prompt label per row, got None"
+        )
+    prompts = _labels("group_ids", group_ids, n)
+    _same_on_rows("trajectory_ids", prompts, codes, first, labels, "prompt labels (group_ids)")
+    device = device_of(probe)
+
+    def collapse(name: str, values: Any) -> Any:
+        array, array_xp = as_array(values, name)
+        rows = _representatives(name, to_host(array), codes, first, labels)
+        return array_xp.take(array, array_xp.asarray(rows, device=device_of(array)), axis=0)
+
+    if isinstance(rewards, Mapping):
+        merged: Any = {name: collapse("rewards", values) for name, values in rewards.items()}
+    elif components and probe.ndim == 2:
+        columns = [collapse("rewards", probe[:, k]) for k in range(int(probe.shape[1]))]
+        merged = xp.stack(columns, axis=1)
+    elif probe.ndim != 1:
+        raise ValueError(
+            f"rewards: expected one reward per row, [N], got shape {tuple(probe.shape)}"
+        )
+    else:
+        merged = collapse("rewards", probe)
+        if nan_policy == "raise":
+            missing = np.isnan(to_host(merged).astype(np.float64))
+            if missing.any():
+                at = int(np.argmax(missing))
+                label = _plain(labels[first[at]])
+                raise ValueError(
+                    f"rewards: trajectory {label!r} has no reward on any of its "
+                    f"{int(counts[at])} rows (pass nan_policy='omit' to leave it out)"
+                )
+    per_trajectory: dict[str, Any] = {}
+    for name, values in inputs.items():
+        array, array_xp = as_array(values, name)
+        if tuple(array.shape) != (n,):
+            raise ValueError(
+                f"{name}: expected one value per row, shape ({n},), got shape {tuple(array.shape)}"
+            )
+        if name == "response_lengths":  # a trajectory's tokens are its rows' tokens
+            sums = np.bincount(codes, weights=to_host(array).astype(np.float64))
+            per_trajectory[name] = array_xp.asarray(sums, device=device_of(array))
+        else:
+            host = to_host(array)
+            _same_on_rows(name, host, codes, first, labels, "values")
+            per_trajectory[name] = array_xp.take(
+                array, array_xp.asarray(first, device=device_of(array)), axis=0
+            )
+    prompt_rows = None
+    if prompt_ids is not None:
+        ids = _labels("prompt_ids", prompt_ids, n)
+        _same_on_rows("prompt_ids", ids, codes, first, labels, "identities")
+        prompt_rows = ids[first].tolist()
+    return Rows(
+        codes=codes,
+        counts=counts,
+        rewards=merged,
+        group_ids=prompts[first],
+        prompt_ids=prompt_rows,
+        inputs=per_trajectory,
+        xp=xp,
+        device=device,
+    )
+
+
+def _labels(name: str, values: Any, n: int) -> np.ndarray:
+    """One label per row on the host, a 1-D numpy array (ints or strings)."""
+    if isinstance(values, (str, bytes)):
+        raise TypeError(f"{name}: expected one label per row (a list or a 1-D array), got a string")
+    host = _to_host(values) if hasattr(values, "shape") else np.asarray(list(values), dtype=object)
+    if host.ndim != 1 or host.shape[0] != n:
+        raise ValueError(f"{name}: expected one label per row ({n}), got shape {host.shape}")
+    if host.dtype == object and all(isinstance(v, (int, np.integer)) for v in host.tolist()):
+        host = host.astype(np.int64)
+    if host.dtype.kind == "f":
+        raise TypeError(f"{name}: expected int or string labels, got float values")
+    return host
+
+
+def _trajectories(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Codes 0..T-1 in order of each trajectory's first row, rows per trajectory, and each
+    trajectory's first row: O(N), no sort of the rows."""
+    codes, count, sizes = _factorize_host(labels)
+    n = labels.shape[0]
+    first = np.full(count, n, dtype=np.int64)
+    np.minimum.at(first, codes, np.arange(n, dtype=np.int64))
+    opens = np.zeros(n, dtype=bool)
+    opens[first] = True  # the rows that open a trajectory, read in row order
+    rank = np.empty(count, dtype=np.int64)
+    rank[codes[opens]] = np.arange(count, dtype=np.int64)
+    ordered_first = np.flatnonzero(opens)
+    return rank[codes], _reorder(sizes, rank), ordered_first
+
+
+def _reorder(values: np.ndarray, rank: np.ndarray) -> np.ndarray:
+    """``values`` per factor code, put in the order ``rank`` gives each code."""
+    out = np.empty_like(values)
+    out[rank] = values
+    return out
+
+
+def _same_on_rows(
+    name: str,
+    values: np.ndarray,
+    codes: np.ndarray,
+    first: np.ndarray,
+    labels: np.ndarray,
+    what: str,
+) -> None:
+    """Raise, naming ``name`` and the trajectory, where a trajectory's rows carry different
+    ``values`` (``what`` they are)."""
+    differ = values != values[first][codes]
+    if differ.any():
+        row = int(np.argmax(differ))
+        one, other = _plain(values[first[codes[row]]]), _plain(values[row])
+        raise ValueError(
+            f"{name}: the rows of trajectory {_plain(labels[row])!r} carry different {what} "
+            f"({one!r} and {other!r}); expected one per trajectory"
+        )
+
+
+def _representatives(
+    name: str, values: np.ndarray, codes: np.ndarray, first: np.ndarray, labels: np.ndarray
+) -> np.ndarray:
+    """Per trajectory, a row holding its one non-NaN value (its first row when it has
+    none); two different non-NaN values on its rows raise, naming the trajectory."""
+    values = values.astype(np.float64, copy=False)
+    if np.isinf(values).any():
+        raise ValueError(f"{name}: expected finite numbers or NaN, got inf")
+    n = values.shape[0]
+    held = np.flatnonzero(~np.isnan(values))  # the rows with a value, often one a trajectory
+    held_codes = codes[held]
+    chosen = np.full(first.shape[0], n, dtype=np.int64)
+    np.minimum.at(chosen, held_codes, held)
+    none = chosen == n
+    chosen[none] = first[none]
+    differ = values[held] != values[chosen[held_codes]]
+    if differ.any():
+        row = int(held[np.argmax(differ)])
+        one, other = _plain(values[chosen[codes[row]]]), _plain(values[row])
+        raise ValueError(
+            f"{name}: trajectory {_plain(labels[row])!r} has two different rewards on its rows "
+            f"({one!r} and {other!r}); a trajectory has one reward (repeat it or leave the "
+            "other rows NaN)"
+        )
+    return chosen
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar as the Python value a message shows (``3``, not ``np.int64(3)``)."""
+    return value.item() if isinstance(value, np.generic) else value
