@@ -35,6 +35,7 @@ from .core import (
     register_estimator,
     rloo_advantage,
     token_advantages,
+    turn_returns,
     unregister_estimator,
 )
 
@@ -63,5 +64,6 @@ __all__ = [
     "register_estimator",
     "rloo_advantage",
     "token_advantages",
+    "turn_returns",
     "unregister_estimator",
 ]

@@ -283,3 +283,70 @@ def test_a_result_without_trajectories_has_row_weights_of_one() -> None:
     result = compute_advantages(np.array([1.0, 0.0]), "grpo", group_size=2)
     assert result.trajectories is None
     assert result.row_weights.tolist() == [1.0, 1.0]
+
+
+def returns_reference(rewards: list[float], trajs: list[Any], gamma: float) -> np.ndarray:
+    """float64, a plain loop: each trajectory's rows in row order, R_t = r_t + γ R_{t+1}."""
+    rows: dict[Any, list[int]] = {}
+    for i, t in enumerate(trajs):
+        rows.setdefault(t, []).append(i)
+    out = np.zeros(len(rewards))
+    for idx in rows.values():
+        running = 0.0
+        for i in reversed(idx):
+            running = rewards[i] + gamma * running
+            out[i] = running
+    return out
+
+
+def test_turn_returns_by_hand() -> None:
+    """The rules' example: γ = 0.9, T1 turn rewards 0, 0, 1 and T2 0, 0 give .81, .9, 1 | 0, 0."""
+    from advbudget import turn_returns
+
+    got = turn_returns(np.array([0.0, 0, 1, 0, 0]), ["T1", "T1", "T1", "T2", "T2"], gamma=0.9)
+    np.testing.assert_allclose(got, [0.81, 0.9, 1.0, 0.0, 0.0], rtol=1e-15)
+    # Rows of a trajectory need not be adjacent; γ = 1 is the plain reward-to-go.
+    got = turn_returns(np.array([1.0, 2, 3, 4, 5]), [1, 0, 1, 0, 1])
+    np.testing.assert_array_equal(got, [9.0, 6, 8, 4, 5])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.lists(st.tuples(st.integers(0, 6), st.floats(-3, 3)), min_size=1, max_size=40),
+    gamma=st.sampled_from([0.0, 0.5, 0.9, 1.0]),
+)
+def test_turn_returns_match_the_float64_loop(rows: list[tuple[int, float]], gamma: float) -> None:
+    from advbudget import turn_returns
+
+    trajs = [t for t, _ in rows]
+    rewards = [r for _, r in rows]
+    got = turn_returns(np.array(rewards), trajs, gamma=gamma)
+    np.testing.assert_allclose(
+        got, returns_reference(rewards, trajs, gamma), rtol=1e-12, atol=1e-12
+    )
+
+
+def test_turn_returns_on_every_backend(xp: Any) -> None:
+    from advbudget import turn_returns
+
+    rewards = [0.5, 1.0, -1.0, 0.0, 2.0, 0.25]
+    trajs = ["b", "a", "b", "a", "b", "c"]
+    got = turn_returns(xp.asarray(rewards, dtype=xp.float64), trajs, gamma=0.8)
+    assert_close(got, returns_reference(rewards, trajs, 0.8), xp=xp)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        ({"gamma": 1.5}, r"^gamma: expected a number in \[0, 1\], got 1.5"),
+        ({"turn_rewards": [0.0, math.inf, 1.0]}, r"^turn_rewards: expected finite numbers"),
+        ({"trajectory_ids": [0, 0]}, r"^trajectory_ids: expected one label per row \(3\)"),
+        ({"turn_rewards": np.zeros((3, 1))}, r"^turn_rewards: expected a non-empty 1-D array"),
+    ],
+)
+def test_turn_returns_refuse_bad_input(call: dict[str, Any], message: str) -> None:
+    from advbudget import turn_returns
+
+    given: dict[str, Any] = {"turn_rewards": [0.0, 1.0, 1.0], "trajectory_ids": [0, 0, 1], **call}
+    with pytest.raises(ValueError, match=message):
+        turn_returns(np.asarray(given.pop("turn_rewards")), **given)

@@ -29,6 +29,7 @@ from ._result import AdvantageResult
 from ._state import EstimatorState, Tracker
 from ._stats import GroupedRewards
 from ._tokens import reward_to_go, token_advantages, whiten_tokens
+from ._trajectories import Trajectories, turn_returns
 from .estimators import (
     Estimator,
     EstimatorSpec,
@@ -62,6 +63,7 @@ __all__ = [
     "Option",
     "Rule",
     "Tracker",
+    "Trajectories",
     "budget_advantage",
     "compute_advantages",
     "dr_advantage",
@@ -83,6 +85,7 @@ __all__ = [
     "sequence_logprobs",
     "spo_rho",
     "token_advantages",
+    "turn_returns",
     "unregister_estimator",
     "whiten_tokens",
 ]

@@ -268,3 +268,75 @@ def _representatives(
 def _plain(value: Any) -> Any:
     """A numpy scalar as the Python value a message shows (``3``, not ``np.int64(3)``)."""
     return value.item() if isinstance(value, np.generic) else value
+
+
+def turn_returns(turn_rewards: Any, trajectory_ids: Any, gamma: float = 1.0) -> Array:
+    """Per row, the discounted reward-to-go within its trajectory: ``R_t = r_t + γ R_{t+1}``
+    over the trajectory's rows in the order given, its last row ``R = r`` (GiGPO's Eq. 5,
+    verl-agent's ``compute_step_discounted_returns``).
+
+    Args:
+        turn_rewards: ``[N]`` one reward per row (turn), finite.
+        trajectory_ids: ``[N]`` the trajectory of each row (ints or strings, any order;
+            a trajectory's rows need not be adjacent).
+        gamma: the discount, in [0, 1].
+
+    Returns:
+        ``[N]`` returns, the namespace and device of ``turn_rewards``, compute dtype
+        (float32 at least). One sort of the rows by trajectory, then O(N): a suffix sum
+        (γ = 1) or one vectorised step per position from a trajectory's end.
+
+    Examples:
+        >>> import numpy as np
+        >>> turn_returns(np.array([0.0, 0, 1, 0, 0]), ["a", "a", "a", "b", "b"], gamma=0.9)
+        array([0.81, 0.9 , 1.  , 0.  , 0.  ])
+
+    A group's steps normalised together (verifiers#1554) are then
+    ``compute_advantages(turn_returns(r, trajs, gamma=γ), "grpo", group_ids=prompts)``.
+    """
+    from .. import checks
+    from ._arrays import compute_dtype
+
+    discount = checks.finite("gamma", gamma)
+    if not 0.0 <= discount <= 1.0:
+        raise ValueError(f"gamma: expected a number in [0, 1], got {gamma!r}")
+    rewards, xp = as_array(turn_rewards, "turn_rewards")
+    if rewards.ndim != 1 or rewards.shape[0] == 0:
+        raise ValueError(
+            f"turn_rewards: expected a non-empty 1-D array, one reward per row, got shape "
+            f"{tuple(rewards.shape)}"
+        )
+    if is_traced(rewards):
+        raise ValueError("turn_rewards: turn_returns reads the rows on the host; not traced")
+    device = device_of(rewards)
+    dtype = compute_dtype(xp, rewards.dtype, device, "turn_rewards")
+    values = to_host(rewards).astype(np.float64)
+    if not np.isfinite(values).all():
+        raise ValueError("turn_rewards: expected finite numbers, got NaN or inf")
+    n = values.shape[0]
+    codes = _factorize_host(_labels("trajectory_ids", trajectory_ids, n))[0]
+    order = np.argsort(codes, kind="stable")  # each trajectory's rows together, in order
+    ordered = values[order]
+    sorted_codes = codes[order]
+    last = np.ones(n, dtype=bool)
+    last[:-1] = sorted_codes[1:] != sorted_codes[:-1]
+    ends = np.flatnonzero(last)
+    end_of_row = ends[np.searchsorted(ends, np.arange(n))]  # each row's trajectory's last row
+    if discount == 1.0:  # suffix sums within each trajectory
+        suffix = np.cumsum(ordered[::-1])[::-1]
+        beyond = np.append(suffix, 0.0)[end_of_row + 1]  # what follows the trajectory
+        returns = suffix - beyond
+    else:
+        # One vectorised step per position from the end: the rows 1 before their
+        # trajectory's end, then 2, ...; O(N) element work in all.
+        returns = ordered.copy()
+        from_end = end_of_row - np.arange(n)
+        small = from_end.astype(np.uint16) if from_end.max() < 2**16 else from_end
+        by_position = np.argsort(small, kind="stable")  # a radix sort on 16-bit keys
+        bounds = np.searchsorted(from_end[by_position], np.arange(1, int(from_end.max()) + 2))
+        for j in range(len(bounds) - 1):
+            rows = by_position[bounds[j] : bounds[j + 1]]
+            returns[rows] += discount * returns[rows + 1]
+    out = np.empty(n)
+    out[order] = returns
+    return xp.asarray(out.astype(np.float64), dtype=dtype, device=device)
