@@ -518,6 +518,12 @@ def lend_memory(
         _LENT.loan = previous
 
 
+def lent_prompts() -> Sequence[Any] | None:
+    """The prompt of each row that :func:`lend_memory` lent this thread (None outside
+    it): what a probe of the estimator calls records."""
+    return None if _LENT.loan is None else _LENT.loan.row_prompts
+
+
 def lent_keywords(spec: EstimatorSpec, rows: int, where: str) -> dict[str, Any]:
     """Inside an estimator call: the :func:`~advbudget.compute_advantages` keywords of an
     estimator with memory, from what :func:`lend_memory` lent this thread (prompts of

@@ -33,10 +33,10 @@ def _learner(cluster: Any, name: str, calls: list[dict[str, Any]]) -> Any:
 
     def recording(rewards: Any, num_generations: int, **kwargs: Any) -> np.ndarray:
         out = estimator(rewards, num_generations)
-        lent = _features._LENT.memory
+        lent = _features.lent_prompts()
         assert lent is not None
         calls.append(
-            {"prompts": list(lent[1]), "rewards": np.array(rewards), "advantages": np.array(out)}
+            {"prompts": list(lent), "rewards": np.array(rewards), "advantages": np.array(out)}
         )
         return out
 

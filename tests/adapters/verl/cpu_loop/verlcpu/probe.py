@@ -41,12 +41,12 @@ def _memory_call(rewards: Any, mask: Any, result: Any) -> dict[str, Any]:
     from advbudget.adapters import _features
     from advbudget.metrics import prompt_key
 
-    lent = _features._LENT.memory
+    lent = _features.lent_prompts()
     if lent is None:
         return {}
     advantages = (result[0] * mask).sum(-1) / mask.sum(-1).clamp(min=1)
     return {
-        "prompt_ids": [prompt_key(p) for p in lent[1]],
+        "prompt_ids": [prompt_key(p) for p in lent],
         "rewards": rewards.sum(-1).tolist(),
         "advantages": advantages.tolist(),
     }
