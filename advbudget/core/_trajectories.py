@@ -315,13 +315,18 @@ def turn_returns(turn_rewards: Any, trajectory_ids: Any, gamma: float = 1.0) -> 
         raise ValueError("turn_rewards: expected finite numbers, got NaN or inf")
     n = values.shape[0]
     codes = _factorize_host(_labels("trajectory_ids", trajectory_ids, n))[0]
-    order = np.argsort(codes, kind="stable")  # each trajectory's rows together, in order
+    # Each trajectory's rows together, in row order: one sort of the distinct keys
+    # (trajectory, row) packed in an int64 (a plain sort: faster than a stable argsort).
+    bits = max(1, (n - 1).bit_length())
+    keys = (codes.astype(np.int64) << bits) | np.arange(n, dtype=np.int64)
+    keys.sort()
+    order = keys & ((1 << bits) - 1)
     ordered = values[order]
     sorted_codes = codes[order]
     last = np.ones(n, dtype=bool)
     last[:-1] = sorted_codes[1:] != sorted_codes[:-1]
     ends = np.flatnonzero(last)
-    end_of_row = ends[np.searchsorted(ends, np.arange(n))]  # each row's trajectory's last row
+    end_of_row = np.repeat(ends, np.diff(ends, prepend=-1))  # its trajectory's last row
     if discount == 1.0:  # suffix sums within each trajectory
         suffix = np.cumsum(ordered[::-1])[::-1]
         beyond = np.append(suffix, 0.0)[end_of_row + 1]  # what follows the trajectory
