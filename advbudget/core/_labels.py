@@ -22,7 +22,7 @@ import array_api_compat
 import numpy as np
 
 from .. import checks
-from ._arrays import Array, Namespace, as_array, backend, check_same_device, is_traced
+from ._arrays import Array, Namespace, as_array, backend, check_same_device, is_traced, to_host
 from ._groups import (
     GROUP_METHODS,
     Contiguous,
@@ -104,7 +104,7 @@ def _permuted(
         array, _ = as_array(positions, "positions")
         if like is not None:
             check_same_device(like, array, "rewards", "positions")
-        host = _to_host(array)
+        host = to_host(array)
     if host.ndim != 1 or host.shape[0] != n or host.dtype.kind not in "iu":
         raise ValueError(
             f"positions: expected {n} integer slots (a permutation of 0..{n - 1}), got "
@@ -174,7 +174,7 @@ def _from_ids(
     # Labels are factorised on the host even when they live on a device: a copy of N
     # ints and a host table or SIMD sort beat a device sort (torch.unique, jnp.unique).
     if not host:
-        labels = _to_host(labels)
+        labels = to_host(labels)
     group_size = _contiguous_group_size_host(labels)
     if group_size is not None and method == "auto":
         return Contiguous(xp, device, num_rollouts, group_size)
@@ -412,9 +412,3 @@ def _sort_with_rows(keys: np.ndarray[Any, Any], shift: int) -> np.ndarray[Any, A
     keys |= np.arange(keys.shape[0], dtype=np.int64)
     keys.sort()
     return keys
-
-
-def _to_host(labels: Array) -> np.ndarray[Any, Any]:
-    if array_api_compat.is_torch_array(labels):
-        return labels.detach().cpu().numpy()
-    return np.asarray(labels)

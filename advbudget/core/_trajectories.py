@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._arrays import Array, Namespace, as_array, device_of, is_traced, to_host
-from ._labels import _factorize_host, _to_host
+from .. import checks
+from ._arrays import Array, Namespace, as_array, compute_dtype, device_of, is_traced, to_host
+from ._labels import _factorize_host, _slot_order
 
 if TYPE_CHECKING:
     from ._result import AdvantageResult
@@ -186,7 +187,7 @@ def _labels(name: str, values: Any, n: int) -> np.ndarray:
     """One label per row on the host, a 1-D numpy array (ints or strings)."""
     if isinstance(values, (str, bytes)):
         raise TypeError(f"{name}: expected one label per row (a list or a 1-D array), got a string")
-    host = _to_host(values) if hasattr(values, "shape") else np.asarray(list(values), dtype=object)
+    host = to_host(values) if hasattr(values, "shape") else np.asarray(list(values), dtype=object)
     if host.ndim != 1 or host.shape[0] != n:
         raise ValueError(f"{name}: expected one label per row ({n}), got shape {host.shape}")
     if host.dtype == object and all(isinstance(v, (int, np.integer)) for v in host.tolist()):
@@ -294,9 +295,6 @@ def turn_returns(turn_rewards: Any, trajectory_ids: Any, gamma: float = 1.0) -> 
     A group's steps normalised together (verifiers#1554) are then
     ``compute_advantages(turn_returns(r, trajs, gamma=γ), "grpo", group_ids=prompts)``.
     """
-    from .. import checks
-    from ._arrays import compute_dtype
-
     discount = checks.finite("gamma", gamma)
     if not 0.0 <= discount <= 1.0:
         raise ValueError(f"gamma: expected a number in [0, 1], got {gamma!r}")
@@ -314,13 +312,8 @@ def turn_returns(turn_rewards: Any, trajectory_ids: Any, gamma: float = 1.0) -> 
     if not np.isfinite(values).all():
         raise ValueError("turn_rewards: expected finite numbers, got NaN or inf")
     n = values.shape[0]
-    codes = _factorize_host(_labels("trajectory_ids", trajectory_ids, n))[0]
-    # Each trajectory's rows together, in row order: one sort of the distinct keys
-    # (trajectory, row) packed in an int64 (a plain sort: faster than a stable argsort).
-    bits = max(1, (n - 1).bit_length())
-    keys = (codes.astype(np.int64) << bits) | np.arange(n, dtype=np.int64)
-    keys.sort()
-    order = keys & ((1 << bits) - 1)
+    codes, count, _ = _factorize_host(_labels("trajectory_ids", trajectory_ids, n))
+    order = _slot_order(codes, count)  # each trajectory's rows together, in row order
     ordered = values[order]
     sorted_codes = codes[order]
     last = np.ones(n, dtype=bool)
