@@ -396,14 +396,11 @@ def _rescore(maker: Any, handles: list[_Response]) -> list[Any]:
     multiple of the group's data-parallel ranks (every rank runs as many forwards)."""
     if not handles:
         return []
-    args = maker.strategy.args
-    ranks = data_parallel_ranks(maker.actor_model_group)
-    rows = [*handles, *[handles[0]] * (-len(handles) % ranks)]
+    group = maker.actor_model_group
+    rows = [*handles, *[handles[0]] * (-len(handles) % data_parallel_ranks(group))]
     logps = actor_log_probs(
         maker,
-        maker.actor_model_group,
-        args.train.colocate_all or args.train.colocate_actor_ref,
-        args.ds.ring_attn_size * args.ds.tensor_parallel_size,
+        group,
         sequences=[h.sequences[None] for h in rows],
         action_mask=[h.action_mask[None] for h in rows],
         attention_mask=[h.attention_mask[None] for h in rows],

@@ -335,12 +335,15 @@ def response_experience(generator: Any, response: Any, **generate_kwargs: Any) -
     return generator._process_response_into_experience(response, **generate_kwargs)
 
 
-def actor_log_probs(
-    maker: Any, group: Any, sync: bool, duplicate_factor: int, **batch: Any
-) -> list[Any]:
-    """The actor group's ``forward`` on ``batch`` (sequences, action_mask, attention_mask),
-    dispatched and gathered as the experience maker does for ``action_log_probs``."""
+def actor_log_probs(maker: Any, group: Any, **batch: Any) -> list[Any]:
+    """The actor ``group``'s ``forward`` on ``batch`` (sequences, action_mask,
+    attention_mask), dispatched and gathered as the experience maker does for
+    ``action_log_probs`` (its sync condition and its copies per data-parallel rank, from
+    ``maker.strategy.args``)."""
+    args = maker.strategy.args
+    sync = args.train.colocate_all or args.train.colocate_actor_ref
     refs = maker._dispatch_forward(group, sync, **batch)
+    duplicate_factor = args.ds.ring_attn_size * args.ds.tensor_parallel_size
     return list(maker._flatten_results(refs, duplicate_factor))
 
 

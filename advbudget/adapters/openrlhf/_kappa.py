@@ -74,7 +74,6 @@ def actor_forward(trainer: Any) -> Forward:
     args = trainer.args
     maker = trainer.experience_maker
     group = trainer.actor_model_group
-    duplicate_factor = args.ds.ring_attn_size * args.ds.tensor_parallel_size
 
     def forward(sequences: list[Any], action_mask: list[Any], attention_mask: list[Any]) -> Any:
         if args.ds.enable_sleep:  # the actor was offloaded after fit
@@ -82,8 +81,6 @@ def actor_forward(trainer: Any) -> Forward:
         logprobs = actor_log_probs(
             maker,
             group,
-            args.train.colocate_all or args.train.colocate_actor_ref,
-            duplicate_factor,
             sequences=sequences,
             action_mask=action_mask,
             attention_mask=attention_mask,
