@@ -98,6 +98,12 @@ def summary(seconds: Sequence[float]) -> dict[str, Any]:
     }
 
 
+def size_row(n: int, path: str, run: Callable[[], Any], repeats: int) -> dict[str, Any]:
+    """One timing of a benchmark over sizes: ``run`` at size ``n`` (``repeats`` calls, at
+    least 0.2 s timed in all), its :func:`summary` under ``n`` and ``path``."""
+    return {"n": n, "path": path, **summary(time_call(run, repeats=repeats, min_seconds=0.2))}
+
+
 # -- ratios ---------------------------------------------------------------------------
 
 

@@ -17,14 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from _harness import (
-    Target,
-    machine_info,
-    size_arguments,
-    summary,
-    time_call,
-    write_size_report,
-)
+from _harness import Target, machine_info, size_arguments, size_row, write_size_report
 
 from advbudget import compute_advantages
 
@@ -108,13 +101,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             got, want = paths[f"{name}: advbudget"](rewards), FLOORS[name](rewards)
             if not np.allclose(got, want, rtol=1e-9, atol=1e-9):
                 problems.append(f"{name} at N={n}: max |diff| {np.max(np.abs(got - want)):.3g}")
-            for path, run in paths.items():
-                seconds = time_call(
-                    lambda run=run, rewards=rewards: run(rewards),
-                    repeats=args.repeats,
-                    min_seconds=0.2,
-                )
-                results.append({"n": n, "path": path, **summary(seconds)})
+            results += [
+                size_row(n, path, lambda run=run, rewards=rewards: run(rewards), args.repeats)
+                for path, run in paths.items()
+            ]
     targets = [
         Target(f"{name} / floor", f"{name}: advbudget", f"{name}: floor", BOUND) for name in NAMES
     ]

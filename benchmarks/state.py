@@ -19,14 +19,7 @@ import sys
 from collections.abc import Sequence
 
 import numpy as np
-from _harness import (
-    Target,
-    machine_info,
-    size_arguments,
-    summary,
-    time_call,
-    write_size_report,
-)
+from _harness import Target, machine_info, size_arguments, size_row, write_size_report
 from estimators import G, make_rewards
 
 from advbudget import EstimatorState, compute_advantages
@@ -72,9 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 paths[f"{name}{label}"] = lambda r=r, p=p, name=name, state=state: (
                     compute_advantages(r, name, group_size=1, prompt_ids=p, state=state)
                 )
-        for path, run in paths.items():
-            seconds = time_call(run, repeats=args.repeats, min_seconds=0.2)
-            results.append({"n": n, "path": path, **summary(seconds)})
+        results += [size_row(n, path, run, args.repeats) for path, run in paths.items()]
     targets = [
         Target(f"{path} / remax", path, "remax (baseline given)", BOUND)
         for path in ("rae", "spo", "rae, shuffled", "spo, shuffled")

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 
 import numpy as np
-from _harness import Target, machine_info, size_arguments, summary, time_call, write_size_report
+from _harness import Target, machine_info, size_arguments, size_row, write_size_report
 
 from advbudget import compute_advantages, make_groups
 
@@ -39,9 +39,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def make_rows(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Shuffled rows (rewards, prompt of each row, trajectory of each row) and the
-    trajectories' rewards in order of first row."""
+def make_rows(n: int, seed: int = 0) -> tuple[np.ndarray, ...]:
+    """Shuffled rows (rewards, prompt of each row, trajectory of each row), and the
+    trajectories' rewards and prompts in order of first row."""
     rng = np.random.default_rng(seed)
     count = n // ROWS_PER_TRAJECTORY
     lengths = rng.integers(1, 2 * ROWS_PER_TRAJECTORY, count)  # 1..7, mean 4
@@ -58,9 +58,8 @@ def make_rows(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray
     order = rng.permutation(n)
     rows, trajs = rewards[order], trajectory[order]
     prompts = trajs // TRAJECTORIES_PER_PROMPT
-    first = np.unique(trajs, return_index=True)[1]
-    in_order = np.argsort(first, kind="stable")  # trajectories in order of first row
-    return rows, prompts, trajs, reward[in_order]
+    first = np.sort(np.unique(trajs, return_index=True)[1])  # in order of first row
+    return rows, prompts, trajs, reward[trajs[first]], prompts[first]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -68,9 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     machine = machine_info(("numpy",))
     results, problems = [], []
     for n in args.sizes:
-        rows, prompts, trajs, reward = make_rows(n)
-        first = np.unique(trajs, return_index=True)[1]
-        level_prompts = trajs[np.sort(first)] // TRAJECTORIES_PER_PROMPT
+        rows, prompts, trajs, reward, level_prompts = make_rows(n)
 
         def level(r: np.ndarray = reward, p: np.ndarray = level_prompts) -> object:
             return compute_advantages(r, "budget", group_ids=p)
@@ -93,9 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "2 x trajectory level + one grouping": bound,
             "rows (trajectory_ids)": on_rows,
         }
-        for path, run in paths.items():
-            seconds = time_call(run, repeats=args.repeats, min_seconds=0.2)
-            results.append({"n": n, "path": path, **summary(seconds)})
+        results += [size_row(n, path, run, args.repeats) for path, run in paths.items()]
     targets = [
         Target(
             "rows / (2 x trajectory level + one grouping)",

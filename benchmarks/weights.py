@@ -16,14 +16,7 @@ import sys
 from collections.abc import Sequence
 
 import numpy as np
-from _harness import (
-    Target,
-    machine_info,
-    size_arguments,
-    summary,
-    time_call,
-    write_size_report,
-)
+from _harness import Target, machine_info, size_arguments, size_row, write_size_report
 from estimators import G, make_rewards
 
 from advbudget import compute_advantages
@@ -75,14 +68,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                     if not np.allclose(got, want, rtol=1e-9, atol=1e-12):
                         diff = np.max(np.abs(got - want))
                         problems.append(f"{path} at N={n}: max |diff| {diff:.3g}")
-                seconds = time_call(
-                    lambda r=rewards, b=base, w=weight: compute_advantages(
-                        r, b, group_size=G, group_weight=w
-                    ),
-                    repeats=args.repeats,
-                    min_seconds=0.2,
+                results.append(
+                    size_row(
+                        n,
+                        path,
+                        lambda r=rewards, b=base, w=weight: compute_advantages(
+                            r, b, group_size=G, group_weight=w
+                        ),
+                        args.repeats,
+                    )
                 )
-                results.append({"n": n, "path": path, **summary(seconds)})
     targets = [
         Target(f"{base} + {w} / {base}", f"{base} + {w}", base, BOUND)
         for base in BASES
