@@ -242,6 +242,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/weights.py
 	$(BIN)/python benchmarks/state.py
 	$(BIN)/python benchmarks/trajectories.py
+	$(BIN)/python benchmarks/staleness.py
 	$(MAKE) bench-rewards
 	if [ -x $(VENV_VERL)/bin/python ]; then $(MAKE) bench-verl; fi
 	if [ -x $(VENV_TRL)/bin/python ]; then $(MAKE) bench-trl; fi

@@ -14,9 +14,11 @@ import math
 import numbers
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from ._ledger import LEDGER_KEYS, PromptLedger, prompt_key
 from .core import AdvantageResult, Groups
-from .core._arrays import Array, as_array, check_same_device
+from .core._arrays import Array, as_array, check_same_device, to_host
 from .core._kappa import (
     KappaPairs,
     kappa_eff_of_pairs,
@@ -218,7 +220,10 @@ def summarize(values: Any) -> dict[str, float]:
 
 
 def advantage_metrics(
-    result: AdvantageResult, *, solved_reward: float | None = DEFAULT_SOLVED_REWARD
+    result: AdvantageResult,
+    *,
+    solved_reward: float | None = DEFAULT_SOLVED_REWARD,
+    reward_resolution: float | None = None,
 ) -> dict[str, float]:
     """Advantage statistics of one batch, as Python floats for a logger.
 
@@ -234,6 +239,18 @@ def advantage_metrics(
     (``compute_advantages(..., group_weight=...)``): ``group_weight_mean``, ``_min`` and
     ``_max``, over the rollouts that take part in the update (NaN when none does).
 
+    The spread of difficulty across the batch, on every call: ``group_mean_p10``,
+    ``group_mean_p50`` and ``group_mean_p90``, percentiles (linear interpolation) over the
+    groups with a reward of the mean of the rewards that entered each group's statistics
+    (NaN when no group has one). With ``reward_resolution=eps``:
+    ``near_tie_group_fraction``, the share of those groups whose reward spread is above
+    the tie tolerance but at most ``eps`` (below the reward's resolution: a gap that may
+    be noise; NaN with no group). With policy versions (``compute_advantages(...,
+    policy_versions=...)``): ``staleness_mean`` and ``staleness_max`` over every rollout,
+    ``stale_fraction`` (beyond ``max_staleness``; 0 without it) and
+    ``mixed_version_group_fraction`` (groups whose rollouts come from more than one
+    policy version).
+
     The solved/unsolved split separates what ``skipped_group_fraction`` mixes (all wrong,
     all right). A large and flat ``unsolved_group_fraction`` over a run is the persistent
     regime in which reward budgeting helps; one that falls to zero is the transient one.
@@ -242,6 +259,8 @@ def advantage_metrics(
         result: the batch's :class:`~advbudget.AdvantageResult`.
         solved_reward: the reward at which a rollout counts as solved (default 1.0, the
             success value of 0/1 verifiers and DAPO's +-1); None leaves the two keys out.
+        reward_resolution: the smallest reward difference that means something (a
+            positive number): adds ``near_tie_group_fraction``; None (default) leaves it out.
 
     Examples:
         >>> import numpy as np
@@ -255,6 +274,8 @@ def advantage_metrics(
         (0.0, 0.5)
     """
     solved_reward = check_solved_reward(solved_reward)
+    if reward_resolution is not None:
+        reward_resolution = _positive("reward_resolution", reward_resolution)
     if result.trajectories is not None:  # multi-turn rows: each trajectory counts once
         result = result.trajectories.result
     xp = result.grouped.xp
@@ -274,6 +295,13 @@ def advantage_metrics(
             metrics[f"{key}_group_fraction"] = count / scored if scored else math.nan
     if result.weights is not None:
         metrics.update(_weight_metrics(xp, result.weights, result.valid))
+    metrics.update(_difficulty_spread(result, reward_resolution))
+    if result.grouped.staleness is not None:
+        metrics.update(_staleness_metrics(result))
+    dropped = result.grouped.dropped
+    with_reward = float(xp.sum(result.grouped.count))
+    if dropped is not None:  # left out as stale, not for a NaN reward
+        with_reward += int(xp.count_nonzero(dropped))
     return {
         **metrics,
         "advantage_gap_mean": gap_mean,
@@ -284,7 +312,62 @@ def advantage_metrics(
         "advantage_min": float(xp.min(advantages)),
         "advantage_max": float(xp.max(advantages)),
         # rollouts left out for a NaN reward (nan_policy="omit"): the rest have a reward
-        "nan_reward_fraction": 1 - float(xp.sum(result.grouped.count)) / n,
+        "nan_reward_fraction": 1 - with_reward / n,
+    }
+
+
+def _positive(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name}: expected a positive finite number, got {value!r}")
+    if not (math.isfinite(float(value)) and float(value) > 0):
+        raise ValueError(f"{name}: expected a positive finite number, got {value!r}")
+    return float(value)
+
+
+def _difficulty_spread(result: AdvantageResult, resolution: float | None) -> dict[str, float]:
+    """Percentiles of the groups' mean rewards and, with ``resolution``, the share of
+    near-tie groups, over the groups with a reward (host floats)."""
+    g = result.grouped
+    xp, groups = g.xp, g.groups
+    scored = np.asarray(to_host(groups.per_group(g.count > 0)), dtype=bool)
+    means = np.asarray(to_host(groups.per_group(g.mean())), dtype=np.float64)[scored]
+    levels = (10, 50, 90)
+    values = np.percentile(means, levels) if means.size else [math.nan] * 3
+    out = {f"group_mean_p{q}": float(v) for q, v in zip(levels, values, strict=True)}
+    if resolution is not None:
+        present = g.present
+        high_rows = g.rewards if present is None else xp.where(present, g.rewards, -math.inf)
+        low_rows = g.rewards if present is None else xp.where(present, g.rewards, math.inf)
+        if present is None and groups.is_rollout is not None:
+            high_rows = xp.where(groups.is_rollout, g.rewards, -math.inf)
+            low_rows = xp.where(groups.is_rollout, g.rewards, math.inf)
+        high = np.asarray(to_host(groups.per_group(groups.max(high_rows))), np.float64)[scored]
+        low = np.asarray(to_host(groups.per_group(groups.min(low_rows))), np.float64)[scored]
+        spread = high - low
+        tolerance = g.tie_atol + g.tie_rtol * np.maximum(np.abs(high), np.abs(low))
+        near = (spread > tolerance) & (spread <= resolution)
+        out["near_tie_group_fraction"] = float(near.mean()) if near.size else math.nan
+    return out
+
+
+def _staleness_metrics(result: AdvantageResult) -> dict[str, float]:
+    """Staleness over every rollout, and the share of groups of mixed versions."""
+    g = result.grouped
+    assert g.staleness is not None
+    xp, groups = g.xp, g.groups
+    age = np.asarray(to_host(g.staleness.staleness), dtype=np.float64)
+    stale = np.asarray(to_host(g.staleness.stale), dtype=bool)
+    versions = groups.rows(g.staleness.versions)
+    high_rows, low_rows = versions, versions
+    if groups.is_rollout is not None:
+        high_rows = xp.where(groups.is_rollout, versions, -math.inf)
+        low_rows = xp.where(groups.is_rollout, versions, math.inf)
+    mixed = groups.per_group(groups.max(high_rows) > groups.min(low_rows))
+    return {
+        "staleness_mean": float(age.mean()),
+        "staleness_max": float(age.max()),
+        "stale_fraction": float(stale.mean()),
+        "mixed_version_group_fraction": int(xp.count_nonzero(mixed)) / groups.num_groups,
     }
 
 

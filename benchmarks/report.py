@@ -22,6 +22,7 @@ SECTIONS = (
         "multi-turn rows (trajectory_ids) against one reward a trajectory",
         "make bench",
     ),
+    ("staleness", "policy versions (stale_rollouts=) against the call without", "make bench"),
     ("gpu", "the core estimators on CUDA (torch, jax), N up to 16M", "bash benchmarks/gpu.sh"),
     ("verl", "the verl adapter against verl's grpo / grpo_vectorized", "make bench-verl"),
     ("trl", "the TRL adapter's step-time overhead", "make bench-trl"),

@@ -32,6 +32,7 @@ class Batch:
     tie: float
     memory: dict[Any, tuple[float, ...]] | None = None
     prompt_ids: list[Any] | None = None
+    trajectory_ids: list[Any] | None = None
 
     def by_prompt(self) -> dict[Any, np.ndarray]:
         """The rows of each prompt of ``prompt_ids``, in order of first appearance."""
@@ -295,6 +296,68 @@ def _rae(b: Batch, o: dict[str, Any]) -> np.ndarray:
     return out
 
 
+# -- turns of multi-turn trajectories --------------------------------------------------------
+
+
+@reference_of("gigpo")
+def _gigpo(b: Batch, o: dict[str, Any]) -> np.ndarray:
+    # verl-agent's compute_gigpo_outcome_advantage, row by row with dicts: the episode
+    # reward on every row, statistics across the group's rows; discounted step returns
+    # grouped by (prompt, anchor). A trajectory without a reward is left out (nan_policy
+    # "omit"); a step group within the tie tolerance gets 0, as a tied group does here.
+    trajs, anchors = b.trajectory_ids, b.inputs["anchor_ids"]
+    assert trajs is not None
+    n = len(b.rewards)
+    prompt = [0] * n
+    for k, idx in enumerate(b.members):
+        for i in idx:
+            prompt[i] = k
+    reward: dict[Any, float] = {}
+    for i in range(n):
+        if not math.isnan(b.rewards[i]):
+            reward[trajs[i]] = float(b.rewards[i])
+    scored = [trajs[i] in reward for i in range(n)]
+    normed = o["mode"] == "mean_std_norm"
+
+    def normalise(values: list[float], x: float, alone: float) -> float:
+        if len(values) == 1:
+            return alone
+        if len(set(values)) == 1:  # exactly 0 (a float mean of equal values may be an ulp off)
+            return 0.0
+        mean = sum(values) / len(values)
+        std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+        return (x - mean) / (std + o["eps"]) if normed else x - mean
+
+    by_prompt: dict[int, list[float]] = {}
+    for i in range(n):
+        if scored[i]:
+            by_prompt.setdefault(prompt[i], []).append(reward[trajs[i]])
+    returns = [0.0] * n
+    rows_of: dict[Any, list[int]] = {}
+    for i in range(n):
+        rows_of.setdefault(trajs[i], []).append(i)
+    for rows in rows_of.values():
+        running = 0.0
+        for i in reversed(rows):
+            running = b.inputs["turn_rewards"][i] + o["gamma"] * running
+            returns[i] = running
+    steps: dict[tuple[int, Any], list[float]] = {}
+    for i in range(n):
+        if scored[i]:
+            steps.setdefault((prompt[i], anchors[i]), []).append(returns[i])
+    out = np.zeros(n)
+    for i in range(n):
+        if not scored[i]:
+            continue
+        r = reward[trajs[i]]
+        lone = r / (1 + o["eps"] if normed else 1.0) if b.singletons == "raw" else 0.0
+        episode = normalise(by_prompt[prompt[i]], r, lone)
+        group = steps[(prompt[i], anchors[i])]
+        step = 0.0 if b.tied(np.array(group)) else normalise(group, returns[i], 0.0)
+        out[i] = episode + o["omega"] * step
+    return out
+
+
 def reference(
     name: str,
     rewards: Iterable[float],
@@ -304,21 +367,20 @@ def reference(
     tie: float = 1e-6,
     memory: dict[Any, tuple[float, ...]] | None = None,
     prompt_ids: list[Any] | None = None,
+    trajectory_ids: list[Any] | None = None,
     **given: Any,
 ) -> np.ndarray:
     """The float64 advantages of estimator ``name``: its options default to the
-    catalogue's, its extra inputs (``response_lengths=``, ...) are given as arrays. A
-    stateful estimator reads and updates ``memory`` (prompt -> its values), keyed by
-    ``prompt_ids``."""
+    catalogue's, its extra inputs (``response_lengths=``, ...) are given as arrays (labels
+    as they are). A stateful estimator reads and updates ``memory`` (prompt -> its
+    values), keyed by ``prompt_ids``; an estimator of turns reads ``trajectory_ids`` (one
+    per row, ``labels`` being the rows' prompts)."""
     spec = get_spec(name)
     if spec.name not in REFERENCES:
         raise KeyError(f"no float64 reference for estimator {spec.name!r} in tests/references.py")
     options = {o.name: given.pop(o.name, o.default) for o in spec.options}
-    inputs = {
-        i.name: np.asarray(given.pop(i.name), dtype=np.float64)
-        for i in spec.inputs
-        if i.name in given
-    }
+    inputs = {i.name: np.asarray(given.pop(i.name)) for i in spec.inputs if i.name in given}
+    inputs = {k: v.astype(np.float64) if v.dtype.kind in "biuf" else v for k, v in inputs.items()}
     if given:
         raise TypeError(f"not an option or input of {spec.name}: {sorted(given)}")
     members: dict[Any, list[int]] = {}
@@ -332,5 +394,6 @@ def reference(
         tie=tie,
         memory=memory,
         prompt_ids=prompt_ids,
+        trajectory_ids=trajectory_ids,
     )
     return REFERENCES[spec.name](batch, options)

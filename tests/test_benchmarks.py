@@ -64,6 +64,17 @@ def test_trajectories_benchmark_runs_and_agrees(tmp_path):
     }
 
 
+def test_staleness_benchmark_runs_and_agrees(tmp_path):
+    output = tmp_path / "staleness.json"
+    payload = run_benchmark("staleness", output, "--sizes", "4096", "--repeats", "1")
+    assert payload["problems"] == []  # each rule == the rule by hand from the base estimator
+    assert {r["name"] for r in payload["ratios"]} == {
+        f"{base}, {rule} / {base}"
+        for base in ("grpo", "budget")
+        for rule in ("keep", "baseline_only", "drop", "drop_group")
+    }
+
+
 def test_report_collects_results(tmp_path):
     spec = importlib.util.spec_from_file_location("benchmark_report", BENCHMARKS / "report.py")
     report = importlib.util.module_from_spec(spec)

@@ -21,7 +21,7 @@ DOCS = ROOT / "docs"
 
 # Pages whose python blocks are tutorials and must run as written (the framework guides
 # show planned interfaces and trainer code, and are not run).
-RUNNABLE_PAGES = ("index.md", "getting-started.md", "method.md", "multi-turn.md")
+RUNNABLE_PAGES = ("index.md", "getting-started.md", "method.md", "multi-turn.md", "async.md")
 BLOCK = re.compile(r"^(?P<indent>[ ]*)```python[^\n]*\n(?P<code>.*?)^(?P=indent)```", re.M | re.S)
 OPTIONAL_BACKENDS = ("torch", "jax")
 

@@ -108,6 +108,13 @@ BATCH_WIDE = (
     "group_weight_mean",  # with a group weight
     "group_weight_min",
     "group_weight_max",
+    "group_mean_p10",  # percentiles: not a mean of per-sample values
+    "group_mean_p50",
+    "group_mean_p90",
+    "staleness_mean",  # with policy versions
+    "staleness_max",
+    "stale_fraction",
+    "mixed_version_group_fraction",
 )
 
 

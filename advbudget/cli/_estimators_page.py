@@ -51,7 +51,9 @@ def _frameworks(spec: EstimatorSpec) -> str:
         )
         own = convention.own_names.get(spec.name)
         mirror = f" (mirrors {convention.framework}'s {own})" if own else ""
-        if spec.components and not convention.components:
+        if spec.turns:
+            mirror = " refused (no adapter passes a trainer's multi-turn rows yet)"
+        elif spec.components and not convention.components:
             mirror = " refused (one reward per rollout there)"
         elif spec.components:
             mirror += f"; its components: {convention.components}"
@@ -60,7 +62,9 @@ def _frameworks(spec: EstimatorSpec) -> str:
 
 
 def _skips(spec: EstimatorSpec) -> str:
-    if spec.skips == "never":
+    if spec.turns:
+        rule = "only groups without any reward: a group whose trajectories tie keeps its step part"
+    elif spec.skips == "never":
         rule = (
             "never (only groups without any reward): its advantages are not 0 on a constant group"
         )
@@ -96,7 +100,8 @@ def _weights_section() -> list[str]:
         "",
         "## Difficulty weights: `group_weight=`",
         "",
-        "Any estimator above takes `compute_advantages(..., group_weight=W)`: each group's "
+        "Any estimator above but those of turns takes `compute_advantages(..., "
+        "group_weight=W)`: each group's "
         "advantages are multiplied by a weight of its solved share p̂ (the fraction of its "
         "rollouts with a reward that reach `solved_reward`, default 1.0, within the tie "
         "tolerance). Skipped groups keep advantage 0; `result.weights` holds each rollout's "
@@ -188,6 +193,12 @@ def estimators_markdown() -> str:
                 "- **rewards**: reward components, `[N, K]` (one column per component) or a "
                 'mapping name -> `[N]` (`{"format": ..., "accuracy": ...}`); each is checked '
                 "and grouped on its own"
+            )
+        if spec.turns:
+            lines.append(
+                "- **rows**: the turns of multi-turn trajectories, one row each: "
+                "`trajectory_ids=` and `group_ids=` (prompts), one label per row; every input "
+                "per row (see [Multi-turn rows](multi-turn.md))"
             )
         lines.append(f"- **options**: {_options(spec)}")
         inputs = ", ".join(f"`{i.name}=` ({i.doc})" for i in spec.inputs) or "none"

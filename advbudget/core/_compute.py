@@ -19,14 +19,15 @@ from typing import Any, Literal
 import numpy as np
 
 from .. import checks
-from ._arrays import Array, as_array, backend, compute_dtype, device_of, is_traced
+from ._arrays import Array, as_array, backend, compute_dtype, device_of, is_traced, to_host
 from ._components import has_components, reward_columns
 from ._groups import Contiguous, GroupMethod, Groups
-from ._labels import build_groups
+from ._labels import _factorize_host, build_groups
 from ._result import AdvantageResult
+from ._staleness import StaleRequest, StaleRule, stale_request
 from ._state import EstimatorState, start_call
 from ._stats import GroupedRewards, Singletons, group_rewards
-from ._trajectories import split_rows
+from ._trajectories import TurnRows, split_rows
 from ._weights import parse_group_weight, weigh
 from .estimators import Estimator, EstimatorSpec, as_spec, estimator_specs
 
@@ -53,6 +54,10 @@ def compute_advantages(
     state: EstimatorState | None = None,
     prompt_ids: Any = None,
     trajectory_ids: Any = None,
+    policy_versions: Any = None,
+    current_version: int | None = None,
+    max_staleness: int | None = None,
+    stale_rollouts: StaleRule = "keep",
     **options: Any,
 ) -> AdvantageResult:
     """Advantages of any registered estimator, with the valid mask and group statistics.
@@ -117,6 +122,19 @@ def compute_advantages(
             ``result.row_weights`` is ``1 / rows of the trajectory``, and
             ``result.trajectories`` holds the trajectory-level result (its metrics count
             each trajectory once). Not with ``group_size`` or ``groups``; not traced.
+        policy_versions: async and off-policy training: one int per rollout, the version
+            of the policy that sampled it (a list or a 1-D array of any namespace; traced
+            under ``jax.jit``, its values are not checked), with ``current_version``, the
+            trainer's. A rollout's staleness is ``current_version - policy_versions[i]``;
+            it is stale when that exceeds ``max_staleness`` (an int >= 0; None, the
+            default: no rollout is stale). The metrics report staleness whenever versions
+            are given. Multi-turn rows: a trajectory's version is its oldest row's.
+        stale_rollouts: what stale rollouts do: ``"keep"`` (default: nothing changes),
+            ``"baseline_only"`` (they stay in their group's statistics, then get advantage
+            0 and ``valid`` False), ``"drop"`` (they leave their group before any
+            statistic, as if never sampled: a group left with one rollout follows
+            ``singletons``, an empty one is skipped), ``"drop_group"`` (every group with a
+            stale rollout is left out whole).
         **options: the estimator's own options (``budget=``; ``eps=``, ``std_correction=``)
             and extra inputs (``response_lengths=``: one value per rollout).
 
@@ -138,6 +156,13 @@ def compute_advantages(
         ([True, True, True, True, True, True], 0)
     """
     spec = as_spec(estimator)
+    staleness = stale_request(policy_versions, current_version, max_staleness, stale_rollouts)
+    if spec.turns and trajectory_ids is None:
+        raise ValueError(
+            f"trajectory_ids: estimator {spec.name!r} scores the rows (turns) of multi-turn "
+            "trajectories; pass trajectory_ids= and group_ids= (one label per row) and its "
+            f"inputs ({', '.join(i.name for i in spec.inputs)}), got no trajectory_ids"
+        )
     if trajectory_ids is not None:
         for name, value in (("group_size", group_size), ("groups", groups)):
             if value is not None:
@@ -146,6 +171,30 @@ def compute_advantages(
                     f"prompt from group_ids (one label per row); expected no {name}, got "
                     f"{value!r}"
                 )
+        if spec.turns:
+            refused = {
+                "group_weight": group_weight,
+                "state": state,
+                "prompt_ids": prompt_ids,
+                "policy_versions": policy_versions,
+            }
+            for name, value in refused.items():
+                if value is not None:
+                    raise ValueError(
+                        f"{name}: not with estimator {spec.name!r}, which scores turns "
+                        f"(a {name} applies to one advantage per trajectory), got {value!r}"
+                    )
+            return _turns(
+                spec,
+                rewards,
+                trajectory_ids,
+                group_ids=group_ids,
+                nan_policy=nan_policy,
+                tie_rtol=tie_rtol,
+                tie_atol=tie_atol,
+                singletons=singletons,
+                options=options,
+            )
         input_names = {i.name for i in spec.inputs}
         rows = split_rows(
             rewards,
@@ -155,6 +204,7 @@ def compute_advantages(
             prompt_ids=prompt_ids,
             inputs={k: v for k, v in options.items() if k in input_names},
             components=spec.components,
+            policy_versions=policy_versions,
         )
         scored = compute_advantages(
             rows.rewards,
@@ -168,6 +218,10 @@ def compute_advantages(
             solved_reward=solved_reward,
             state=state,
             prompt_ids=rows.prompt_ids,
+            policy_versions=rows.policy_versions,
+            current_version=current_version,
+            max_staleness=max_staleness,
+            stale_rollouts=stale_rollouts,
             **{k: v for k, v in options.items() if k not in input_names},
             **rows.inputs,
         )
@@ -197,6 +251,7 @@ def compute_advantages(
         tie_atol=tie_atol,
         singletons=singletons,
         skip_ties=spec.skips == "ties",
+        staleness=staleness,
     )
     given = "group_size" if group_size is not None else "group_ids" if groups is None else "groups"
     if singletons == "refuse":
@@ -204,6 +259,9 @@ def compute_advantages(
     elif spec.skips == "ties" and singletons == "skip":
         _warn_if_every_group_is_one_rollout(grouped.groups, given, spec)
     if columns:
+        left_out = None if grouped.staleness is None else grouped.staleness.left_out(grouped.groups)
+        if left_out is not None:  # the rollouts the staleness rule drops leave every column
+            columns = [(c, ~left_out if p is None else p & ~left_out) for c, p in columns]
         components = tuple(
             group_rewards(
                 column,
@@ -234,6 +292,10 @@ def compute_advantages(
     weight_rows = None
     if weight is not None:
         rows, weight_rows = weigh(weight, grouped, rows)
+    withheld = None
+    if grouped.staleness is not None and grouped.staleness.rule == "baseline_only":
+        withheld = grouped.groups.rows(grouped.staleness.stale)
+        rows = grouped.xp.where(withheld, grouped.xp.zeros_like(rows), rows)
     if call is not None:  # after every check passed: a failed call leaves the state as it was
         call.commit()
     return AdvantageResult(
@@ -248,7 +310,93 @@ def compute_advantages(
         options=MappingProxyType(resolved),
         weight_rows=weight_rows,
         group_weight=None if weight is None else weight.describe(),
+        withheld=withheld,
     )
+
+
+def _turns(
+    spec: EstimatorSpec,
+    rewards: Any,
+    trajectory_ids: Any,
+    *,
+    group_ids: Any,
+    nan_policy: NanPolicy,
+    tie_rtol: float,
+    tie_atol: float,
+    singletons: Singletons,
+    options: dict[str, Any],
+) -> AdvantageResult:
+    """A multi-turn call of an estimator of turns: the trajectories as rollouts (D1
+    rules), grouped by prompt with no tie rule, and ``spec.fn`` scoring every row. The
+    trajectory-level result holds each trajectory's mean row advantage (its weight in a
+    loss with ``row_weights``), so the metrics count each trajectory once."""
+    checks.choice("singletons", singletons, ("skip", "raw"))
+    given = {i.name: options.pop(i.name) for i in spec.inputs if i.name in options}
+    missing = [i.name for i in spec.inputs if i.required and i.name not in given]
+    if missing:
+        raise ValueError(
+            f"{missing[0]}: estimator {spec.name!r} needs one value per row "
+            f"({spec.inputs[[i.name for i in spec.inputs].index(missing[0])].doc}), got none"
+        )
+    resolved = spec.resolve_options(options)
+    rows = split_rows(
+        rewards,
+        trajectory_ids,
+        group_ids=group_ids,
+        nan_policy=nan_policy,
+        prompt_ids=None,
+        inputs={},
+        components=False,
+    )
+    grouped = group_checked(
+        rows.rewards,
+        group_ids=rows.group_ids,
+        nan_policy=nan_policy,
+        tie_rtol=tie_rtol,
+        tie_atol=tie_atol,
+        singletons=singletons,
+        skip_ties=False,
+    )
+    present = grouped.present
+    scored_trajectories = (
+        np.ones(rows.counts.shape[0], dtype=bool)
+        if present is None
+        else np.asarray(to_host(grouped.groups.flat(present)), dtype=bool)
+    )
+    scored = scored_trajectories[rows.codes]
+    prompt_of_row = rows.group_ids[rows.codes]
+    prompt_codes, _, _ = _factorize_host(prompt_of_row)
+
+    def by_prompt_and(values: Array, labels: np.ndarray) -> GroupedRewards:
+        codes, count, _ = _factorize_host(labels)
+        xp = grouped.xp
+        left_out = xp.asarray(~scored, device=device_of(values))
+        return group_checked(
+            xp.where(left_out, xp.nan, values),
+            group_ids=prompt_codes * count + codes,
+            nan_policy="omit",
+            tie_rtol=tie_rtol,
+            tie_atol=tie_atol,
+        )
+
+    turns = TurnRows(grouped, rows, scored, by_prompt_and)
+    advantages = spec.fn(turns, **resolved, **given)
+    xp = grouped.xp
+    host = to_host(advantages).astype(np.float64)
+    mean = np.bincount(rows.codes, weights=host) / rows.counts
+    per_trajectory = xp.asarray(mean, dtype=advantages.dtype, device=device_of(advantages))
+    result = AdvantageResult(
+        advantages=per_trajectory,
+        estimator=spec.name,
+        groups=grouped.groups,
+        group_skipped=grouped.groups.per_group(grouped.skipped),
+        grouped=grouped,
+        advantage_rows=grouped.groups.rows(per_trajectory),
+        tie_rtol=float(tie_rtol),
+        tie_atol=float(tie_atol),
+        options=MappingProxyType(resolved),
+    )
+    return dataclasses.replace(rows.expand(result), advantages=advantages)
 
 
 def _refuse_groups_of_one(groups: Groups, given: str, labels: Any, spec: EstimatorSpec) -> None:
@@ -467,8 +615,12 @@ def group_checked(
     tie_atol: float = DEFAULT_TIE_ATOL,
     singletons: Singletons = "skip",
     skip_ties: bool = True,
+    staleness: StaleRequest | None = None,
 ) -> GroupedRewards:
-    """Check the inputs and group the rewards: everything before the estimator."""
+    """Check the inputs and group the rewards: everything before the estimator.
+
+    With ``staleness``, the rollouts its rule drops leave their groups here, before any
+    statistic, as NaN rewards do under ``nan_policy="omit"``."""
     rewards, xp = as_array(rewards, "rewards")
     if rewards.ndim != 1:
         raise ValueError(
@@ -504,7 +656,14 @@ def group_checked(
         )
     else:
         _check_groups(groups, group_size, group_ids, rewards, xp, device)
-    return group_rewards(
+    stale, dropped = None, None
+    if staleness is not None:
+        stale = staleness.resolve(rewards, xp, device)
+        left_out = stale.left_out(groups)
+        if left_out is not None:
+            dropped = left_out if present is None else left_out & present
+            present = ~left_out if present is None else present & ~left_out
+    grouped = group_rewards(
         rewards,
         groups,
         present=present,
@@ -513,6 +672,9 @@ def group_checked(
         singletons=singletons,
         skip_ties=skip_ties,
     )
+    if stale is None:
+        return grouped
+    return dataclasses.replace(grouped, staleness=stale, dropped=dropped)
 
 
 _OMIT_HINT = "pass nan_policy='omit' to leave unscored rollouts out of their group"

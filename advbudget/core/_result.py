@@ -39,6 +39,8 @@ class AdvantageResult:
             ``advantages``, ``valid``, ``weights``, ``group_index`` and ``row_weights``
             are per row; the groups, skips and metrics are those of the trajectory-level
             result it holds. None for a call of one row per rollout.
+        withheld: rows, True for stale rollouts whose advantages ``stale_rollouts=
+            "baseline_only"`` set to 0 after the statistics (``valid`` False); None.
     """
 
     advantages: Array
@@ -53,6 +55,7 @@ class AdvantageResult:
     group_weight: str | None = field(default=None, repr=False)
     weight_rows: Callable[[], Array] | None = field(default=None, repr=False)
     trajectories: Trajectories | None = field(default=None, repr=False)
+    withheld: Array | None = field(default=None, repr=False)
 
     @cached_property
     def weights(self) -> Array | None:
@@ -75,6 +78,8 @@ class AdvantageResult:
         keep = g.xp.broadcast_to(g.expand(g.kept()), self.advantage_rows.shape)
         if g.present is not None:
             keep = keep & g.present
+        if self.withheld is not None:
+            keep = keep & ~self.withheld
         return self.groups.flat(keep)
 
     @cached_property

@@ -13,6 +13,7 @@ from typing import Literal
 
 from ._arrays import Array, Namespace
 from ._groups import Groups
+from ._staleness import Staleness
 
 Singletons = Literal["skip", "raw", "refuse"]
 
@@ -39,6 +40,11 @@ class GroupedRewards:
             (ties); ``rewards`` is then the sum of a rollout's components. ``()`` otherwise.
         tie_rtol, tie_atol: the tie tolerance of the skip rule (and of :meth:`solved_share`).
         solved_reward: the reward a solved rollout reaches (:meth:`solved_share`).
+        staleness: the rollouts' policy versions and the staleness rule
+            (``policy_versions=``); None without versions.
+        dropped: ``[N]`` (not rows), True for rollouts with a reward that the staleness
+            rule left out of their group (``present`` is False there too); None when it
+            leaves none out.
     """
 
     xp: Namespace
@@ -53,6 +59,8 @@ class GroupedRewards:
     tie_rtol: float = 0.0
     tie_atol: float = 0.0
     solved_reward: float = 1.0
+    staleness: Staleness | None = None
+    dropped: Array | None = None
 
     def sum(self, rows: Array) -> Array:
         """Per-group sum of ``rows`` (as stats)."""

@@ -15,7 +15,7 @@ their namespace and device: a trajectory's reward is gathered from one of its ro
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -25,6 +25,7 @@ import numpy as np
 from .. import checks
 from ._arrays import Array, Namespace, as_array, compute_dtype, device_of, is_traced, to_host
 from ._labels import _factorize_host, _slot_order
+from ._stats import GroupedRewards
 
 if TYPE_CHECKING:
     from ._result import AdvantageResult
@@ -67,6 +68,7 @@ class Rows:
     group_ids: np.ndarray  # [T] prompt label of each trajectory
     prompt_ids: Any  # [T] or None
     inputs: dict[str, Any]  # per-rollout inputs, one value per trajectory
+    policy_versions: np.ndarray | None  # [T] the oldest version of each one's rows
     xp: Namespace
     device: Any
 
@@ -82,6 +84,71 @@ class Rows:
         )
 
 
+@dataclass(frozen=True, eq=False)
+class TurnRows:
+    """What an estimator of turns (its spec declares ``turns=True``: ``"gigpo"``) gets:
+    its trajectories' rewards grouped by prompt, and the rows they came from.
+
+    Attributes:
+        trajectories: one rollout per trajectory (its reward, by the D1 rules), grouped
+            by prompt; only groups without any reward are skipped (no tie rule).
+        rows: the host bookkeeping of the split (each row's trajectory, rows per one).
+        scored: ``[N]`` host bool: the row's trajectory has a reward (under
+            ``nan_policy="omit"`` the others are left out of every statistic).
+        group: ``group(values, labels)`` lays ``[N]`` row values out by (prompt, label)
+            with the call's tie rule, rows of unscored trajectories left out: what a
+            step-level statistic is computed over.
+    """
+
+    trajectories: GroupedRewards
+    rows: Rows
+    scored: np.ndarray
+    group: Callable[[Array, np.ndarray], GroupedRewards]
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.rows.codes.shape[0])
+
+    def row_counts(self) -> Array:
+        """Rows of each trajectory, laid out like ``trajectories`` (compute dtype)."""
+        g = self.trajectories
+        counts = g.xp.asarray(self.rows.counts, dtype=g.rewards.dtype, device=g.groups.device)
+        return g.groups.rows(counts)
+
+    def on_rows(self, trajectory_rows: Array) -> Array:
+        """``[N]``: each row its trajectory's value (``trajectory_rows`` laid out like
+        ``trajectories``)."""
+        g = self.trajectories
+        index = g.xp.asarray(self.rows.codes, device=g.groups.device)
+        return g.xp.take(g.groups.flat(trajectory_rows), index, axis=0)
+
+    def labels(self, name: str, values: Any) -> np.ndarray:
+        """A per-row label input (ints or strings) on the host, checked, naming ``name``."""
+        return _labels(name, values, self.num_rows)
+
+    def returns(self, turn_rewards: Any, gamma: float) -> Array:
+        """:func:`turn_returns` of ``turn_rewards`` (``[N]``, finite on the rows of scored
+        trajectories; the others count 0), in the namespace, device and dtype of the
+        rewards."""
+        values, _ = as_array(turn_rewards, "turn_rewards")
+        if tuple(values.shape) != (self.num_rows,):
+            raise ValueError(
+                f"turn_rewards: expected one reward per row, shape ({self.num_rows},), got "
+                f"shape {tuple(values.shape)}"
+            )
+        host = to_host(values).astype(np.float64)
+        bad = self.scored & ~np.isfinite(host)
+        if bad.any():
+            row = int(np.argmax(bad))
+            raise ValueError(
+                f"turn_rewards: expected finite numbers on the rows of trajectories with a "
+                f"reward, got {host[row]} at row {row}"
+            )
+        returns = to_host(turn_returns(np.where(self.scored, host, 0.0), self.rows.codes, gamma))
+        g = self.trajectories
+        return g.xp.asarray(returns, dtype=g.rewards.dtype, device=g.groups.device)
+
+
 def split_rows(
     rewards: Any,
     trajectory_ids: Any,
@@ -91,6 +158,7 @@ def split_rows(
     prompt_ids: Any,
     inputs: Mapping[str, Any],
     components: bool,
+    policy_versions: Any = None,
 ) -> Rows:
     """One rollout per trajectory from rows: the checks and rules of a multi-turn call.
 
@@ -100,6 +168,7 @@ def split_rows(
     - Its prompt label is that of its rows (two labels raise); ``prompt_ids`` likewise.
     - ``response_lengths`` are summed over its rows; any other per-rollout input must be
       equal on them.
+    - Its policy version is the oldest of its rows' (lag = consumer version - oldest).
     """
     if isinstance(rewards, Mapping):
         first = next(iter(rewards.values()), None)
@@ -171,6 +240,20 @@ def split_rows(
         ids = _labels("prompt_ids", prompt_ids, n)
         _same_on_rows("prompt_ids", ids, codes, first, labels, "identities")
         prompt_rows = ids[first].tolist()
+    versions = None
+    if policy_versions is not None:
+        host = to_host(policy_versions) if hasattr(policy_versions, "shape") else policy_versions
+        per_row = np.asarray(host)
+        if per_row.dtype.kind not in "iuf":
+            raise ValueError(f"policy_versions: expected integers, got {per_row.dtype} values")
+        if per_row.shape != (n,):
+            raise ValueError(
+                f"policy_versions: expected one version per row ({n}), got shape {per_row.shape}"
+            )
+        versions = np.full(counts.shape[0], np.inf) if per_row.dtype.kind == "f" else None
+        if versions is None:  # integers stay integers (their check comes with the call)
+            versions = np.full(counts.shape[0], np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(versions, codes, per_row.astype(versions.dtype))
     return Rows(
         codes=codes,
         counts=counts,
@@ -178,6 +261,7 @@ def split_rows(
         group_ids=prompts[first],
         prompt_ids=prompt_rows,
         inputs=per_trajectory,
+        policy_versions=versions,
         xp=xp,
         device=device,
     )

@@ -33,7 +33,8 @@ attribute.
   ``--advbudget.skipped_groups resample``, :func:`._resample.generate` (the estimator's skip
   rule, ``--advbudget.max_generation_batches``); else OpenRLHF's;
 - ``aggregate_loss`` and ``masked_mean`` where OpenRLHF's loss code looks them up
-  (``openrlhf.models.loss``, ``openrlhf.trainer.ray.ppo_actor``): a normaliser or mask sum
+  (``openrlhf.models.loss``, its re-export in ``openrlhf.models``,
+  ``openrlhf.trainer.ray.ppo_actor``): a normaliser or mask sum
   of 0 becomes 1, so a step or micro-batch whose rows ``drop`` all masked gives a 0 loss
   and 0 metrics instead of 0/0 (NaN gradients). Any other value passes unchanged, and
   OpenRLHF never builds an empty mask itself, so ``keep`` runs bit for bit as before.
@@ -70,6 +71,7 @@ _MAKER = "openrlhf.trainer.ppo_utils.experience_maker"
 _TRAINER = "openrlhf.trainer.ppo_trainer"
 _GENERATOR = "openrlhf.trainer.ppo_utils.samples_generator"
 _LOSS = "openrlhf.models.loss"
+_MODELS = "openrlhf.models"
 _ACTOR = "openrlhf.trainer.ray.ppo_actor"
 _EXPERIENCES = "List[openrlhf.trainer.ppo_utils.experience.Experience]"
 _GROUP = "openrlhf.trainer.ray.launcher.RayActorGroup"
@@ -132,6 +134,9 @@ PATCHED: tuple[Hook, ...] = (
         "wrap",
     ),
     Hook(_LOSS, "aggregate_loss", _NORMALISED, "openrlhf/models/loss.py:11", "wrap"),
+    # The re-export ppo_actor imports it from: patched and restored with the others, so a
+    # module imported while installed never keeps ours after uninstall.
+    Hook(_MODELS, "aggregate_loss", _NORMALISED, "openrlhf/models/__init__.py:10", "wrap"),
     Hook(_LOSS, "masked_mean", _MASKED_MEAN, "openrlhf/models/loss.py:8", "wrap"),
     Hook(_ACTOR, "aggregate_loss", _NORMALISED, "openrlhf/trainer/ray/ppo_actor.py:15", "wrap"),
     Hook(_ACTOR, "masked_mean", _MASKED_MEAN, "openrlhf/trainer/ray/ppo_actor.py:16", "wrap"),

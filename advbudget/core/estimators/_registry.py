@@ -19,10 +19,18 @@ from .batch import SPECS as _BATCH
 from .group import SPECS as _GROUP
 from .passk import SPECS as _PASSK
 from .stateful import SPECS as _STATEFUL
+from .turns import SPECS as _TURNS
 
 ENTRY_POINT_GROUP = "advbudget.estimators"
 
-BUILTINS: tuple[EstimatorSpec, ...] = (*_GROUP, *_PASSK, *_BATCH, *_BASELINE, *_STATEFUL)
+BUILTINS: tuple[EstimatorSpec, ...] = (
+    *_GROUP,
+    *_PASSK,
+    *_BATCH,
+    *_BASELINE,
+    *_STATEFUL,
+    *_TURNS,
+)
 """The built-in estimators, in the order the docs and ``estimator_names()`` list them."""
 
 _SPECS: dict[str, EstimatorSpec] = {}

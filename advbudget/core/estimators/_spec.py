@@ -93,6 +93,11 @@ class EstimatorSpec:
             prompt (:class:`~advbudget.core._state.Tracker`); its calls take ``state=`` and
             ``prompt_ids=``, and ``fn`` gets each rollout's remembered baseline as
             ``tracked=`` (rows). None for every estimator without memory.
+        turns: it scores the rows (turns) of multi-turn trajectories, not one reward per
+            rollout (``"gigpo"``): its calls take ``trajectory_ids=`` and ``group_ids=``,
+            its inputs stay one value per row, and ``fn(turns, **options, **inputs)``
+            gets a :class:`~advbudget.core._trajectories.TurnRows` and returns ``[N]``
+            advantages, one per row.
     """
 
     name: str
@@ -108,6 +113,7 @@ class EstimatorSpec:
     batch_statistics: str = ""
     slope_of: str | None = None
     tracker: Tracker | None = None
+    turns: bool = False
 
     def option(self, name: str) -> Option | None:
         return next((o for o in self.options if o.name == name), None)
@@ -153,6 +159,7 @@ def estimator_spec(
     batch_statistics: str = "",
     slope_of: str | None = None,
     tracker: Tracker | None = None,
+    turns: bool = False,
 ) -> EstimatorSpec:
     """The spec of an estimator function.
 
@@ -202,6 +209,7 @@ def estimator_spec(
         batch_statistics=batch_statistics,
         slope_of=slope_of,
         tracker=tracker,
+        turns=turns,
     )
 
 

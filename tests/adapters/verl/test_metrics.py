@@ -35,6 +35,9 @@ DOCUMENTED = {
     "advantage_min",
     "advantage_max",
     "nan_reward_fraction",
+    "group_mean_p10",
+    "group_mean_p50",
+    "group_mean_p90",
 }
 
 

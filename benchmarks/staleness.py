@@ -1,0 +1,112 @@
+"""What policy versions cost: ``compute_advantages(rewards, base, group_size=8,
+policy_versions=v, current_version=c, max_staleness=1, stale_rollouts=rule)`` against the
+same call without versions, in one run.
+
+For base estimators ``grpo`` and ``budget`` and every rule (``keep``, ``baseline_only``,
+``drop``, ``drop_group``), on numpy, at N = 65,536 and 1,048,576 rollouts of 0/1 rewards
+(a quarter of the groups constant), versions 0..2 with the current one 2 (a third stale).
+Target (issue 35): versions add at most 30 % at N = 1M. Each result must equal the rule
+written by hand here: ``drop`` and ``drop_group`` as the base estimator with the left-out
+rewards NaN under ``nan_policy="omit"``, ``baseline_only`` as the base advantages with the
+stale ones 0.
+
+    python benchmarks/staleness.py [--sizes 65536,1048576] [--repeats 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Sequence
+
+import numpy as np
+from _harness import Target, machine_info, size_arguments, size_row, write_size_report
+from estimators import G, make_rewards
+
+from advbudget import compute_advantages
+
+TARGET_N = 1_048_576
+BOUND = 1.3
+BASES = ("grpo", "budget")
+RULES = ("keep", "baseline_only", "drop", "drop_group")
+CURRENT, MAX_STALENESS = 2, 1
+
+
+def by_hand(rewards: np.ndarray, versions: np.ndarray, base: str, rule: str) -> np.ndarray:
+    """The rule's advantages from the base estimator alone (float64)."""
+    plain = compute_advantages(rewards.astype(np.float64), base, group_size=G).advantages
+    stale = CURRENT - versions > MAX_STALENESS
+    if rule == "keep":
+        return plain
+    if rule == "baseline_only":
+        return np.where(stale, 0.0, plain)
+    out = stale if rule == "drop" else np.repeat(stale.reshape(-1, G).any(axis=1), G)
+    masked = np.where(out, math.nan, rewards.astype(np.float64))
+    return compute_advantages(masked, base, group_size=G, nan_policy="omit").advantages
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = size_arguments(
+        __doc__.splitlines()[0], "staleness", sizes=(65_536, TARGET_N), multiple_of=G, repeats=20
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    machine = machine_info(("numpy",))
+    results, problems = [], []
+    for n in args.sizes:
+        rewards = make_rewards(n)
+        versions = np.random.default_rng(3).integers(0, CURRENT + 1, size=n)
+        for base in BASES:
+            paths = {base: None, **{f"{base}, {rule}": rule for rule in RULES}}
+            for path, rule in paths.items():
+                settings = {} if rule is None else {
+                    "policy_versions": versions,
+                    "current_version": CURRENT,
+                    "max_staleness": MAX_STALENESS,
+                    "stale_rollouts": rule,
+                }  # fmt: skip
+                if rule is not None:
+                    got = compute_advantages(rewards, base, group_size=G, **settings).advantages
+                    want = by_hand(rewards, versions, base, rule)
+                    if not np.allclose(got, want, rtol=1e-5, atol=1e-5):
+                        diff = np.max(np.abs(got - want))
+                        problems.append(f"{path} at N={n}: max |diff| {diff:.3g}")
+                results.append(
+                    size_row(
+                        n,
+                        path,
+                        lambda r=rewards, b=base, s=settings: compute_advantages(
+                            r, b, group_size=G, **s
+                        ),
+                        args.repeats,
+                    )
+                )
+    targets = [
+        Target(f"{base}, {rule} / {base}", f"{base}, {rule}", base, BOUND)
+        for base in BASES
+        for rule in RULES
+    ]
+    intro = (
+        f"numpy, G = {G}, 0/1 rewards (a quarter of the groups constant), versions 0..2 with "
+        f"the current one {CURRENT} and max_staleness={MAX_STALENESS} (a third of the "
+        "rollouts stale); the base estimator with and without `policy_versions=`; median of "
+        "the timed calls (`python benchmarks/staleness.py`)."
+    )
+    return write_size_report(
+        args.output,
+        "What policy versions cost",
+        intro,
+        machine,
+        results,
+        targets,
+        problems,
+        judged_n=TARGET_N,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
