@@ -189,6 +189,47 @@ def test_seeds_make_runs_reproducible():
                               task.train.features)  # fmt: skip
 
 
+def test_lagged_rollouts_come_from_their_policy_and_their_version_is_passed_on():
+    from collections import deque
+
+    from advbudget.sim._train import _sample
+
+    task = make_task(SMALL)
+    past = deque([random_weights(task, scale=1.0 + k) for k in range(3)])  # newest first
+    prompts = np.arange(16)
+    features = task.train.features[prompts]
+    config = RunConfig(estimator="grpo", max_lag=4, group_size=8, prompts_per_step=16)
+    strategies, _, old, lags = _sample(
+        past, features, task, prompts, config, np.random.default_rng(0)
+    )
+    assert set(np.unique(lags)) == {0, 1, 2}  # capped at the policies there are
+    for lag, weights in enumerate(past):
+        mine = lags == lag
+        want = np.take_along_axis(log_policy(weights, features), strategies, axis=1)
+        np.testing.assert_array_equal(old[mine], want[mine])
+    # On-policy, the old log-probs are the current policy's.
+    on = replace(config, max_lag=0)
+    strategies, _, old, lags = _sample(past, features, task, prompts, on, np.random.default_rng(0))
+    assert not lags.any()
+    np.testing.assert_array_equal(
+        old, np.take_along_axis(log_policy(past[0], features), strategies, axis=1)
+    )
+    # A lagged run under drop_group trains on fewer groups than under keep.
+    runs = {
+        rule: train(replace(config, steps=6, max_staleness=0, stale_rollouts=rule, seed=1), task)
+        for rule in ("keep", "drop_group")
+    }
+    kept, dropped = (runs[r]["skipped_group_fraction"][2:] for r in ("keep", "drop_group"))
+    assert np.all(dropped >= kept)
+    assert np.any(dropped > kept)
+
+
+def test_the_staleness_experiment_has_one_arm_at_lag_0():
+    labels = [label for label, _ in experiment_config("staleness").arms()]
+    assert labels[:3] == ["grpo lag 0", "grpo lag≤2 keep", "grpo lag≤2 baseline_only"]
+    assert len(labels) == 2 * (1 + 2 * 4)
+
+
 def test_experiment_summaries():
     config = experiment_config("kappa", quick=True, estimators=("dr",), betas=(0.0, 1.0), steps=12)
     result = run_experiment(config)
@@ -207,7 +248,7 @@ def test_experiment_summaries():
 
 
 @pytest.mark.parametrize(
-    "experiment", ["compare", "kappa", "entropy", "kl", "group-size", "difficulty"]
+    "experiment", ["compare", "kappa", "entropy", "kl", "group-size", "difficulty", "staleness"]
 )
 def test_cli_quick_writes_json_and_pngs(tmp_path, experiment):
     out = tmp_path / "demo"
@@ -276,6 +317,9 @@ def test_cli_rejects_bad_values(tmp_path, args, hint):
         ({"minibatches": 5}, "minibatches: expected a divisor of prompts_per_step=32"),
         ({"optimizer": "lion"}, "optimizer: expected one of"),
         ({"steps": -1}, "steps: expected an int >= 0"),
+        ({"max_lag": -1}, "max_lag: expected an int >= 0, got -1"),
+        ({"max_staleness": -2}, "max_staleness: expected an int >= 0, got -2"),
+        ({"stale_rollouts": "withhold"}, "stale_rollouts: expected one of"),
     ],
 )
 def test_bad_run_config_names_the_argument(options, message):

@@ -130,7 +130,8 @@ def simulate_command(
     Experiments: compare (GRPO, Dr, budget, RLOO); kappa (β swept, κ = 1/β);
     entropy (in the loss or the reward, first half only); kl (off / on, every
     estimator); group-size (G = 4..32); difficulty (budget, GRPO, GRPO-LEAD, DGPO,
-    MaxRL, SPO, RAE); map (budget − GRPO and budget − Dr over task structures, under
+    MaxRL, SPO, RAE); staleness (GRPO and budget with rollouts up to 4 updates old, each
+    stale-rollout rule); map (budget − GRPO and budget − Dr over task structures, under
     15 minutes with --workers 2). See docs/simulation.md.
     """
     if experiment not in ALL_EXPERIMENTS:

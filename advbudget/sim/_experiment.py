@@ -21,7 +21,7 @@ from ._ceiling import Ceiling, task_ceiling
 from ._task import Float, Task, TaskConfig, make_task
 from ._train import HISTORY_KEYS, RunConfig, train
 
-EXPERIMENTS = ("compare", "kappa", "entropy", "kl", "group-size", "difficulty")
+EXPERIMENTS = ("compare", "kappa", "entropy", "kl", "group-size", "difficulty", "staleness")
 # The ``difficulty`` experiment: advantages whose size follows how hard a prompt is (its
 # group's success rate, a weight over the batch, or a per-prompt tracker across steps: spo,
 # rae), with GRPO, the baseline, beside them.
@@ -104,6 +104,11 @@ class ExperimentConfig:
         entropy_coefs: entropy bonus coefficients; more than one is a sweep.
         entropy_in: where the entropy term goes, ``"loss"`` and/or ``"reward"``.
         entropy_until: the bonus applies to steps ``1..entropy_until`` (None: all).
+        lags: async sampling: each a run's ``max_lag`` (a rollout's policy is up to this
+            many updates old); more than one is a lag sweep.
+        stale_rules: ``stale_rollouts`` rules, each an arm at every lag above 0 (at lag 0
+            nothing is stale: one arm).
+        max_staleness: the staleness beyond which a rollout is stale (None: none is).
         horizons: steps at which the accuracy (and the gap to the ceiling) is reported.
         eval_every: evaluate every this many steps (1: full curves).
         task: the prompts and strategies.
@@ -125,12 +130,16 @@ class ExperimentConfig:
     entropy_in: tuple[str, ...] = ("loss",)
     entropy_until: int | None = None
     optimizer: str = "adam"
+    lags: tuple[int, ...] = (0,)
+    stale_rules: tuple[str, ...] = ("keep",)
+    max_staleness: int | None = None
     horizons: tuple[int, ...] = (200, 800)
     eval_every: int = 1
     task: TaskConfig = field(default_factory=TaskConfig)
 
     def __post_init__(self) -> None:
         names = ["estimators", "seeds", "betas", "entropy_coefs", "entropy_in", "horizons"]
+        names += ["lags", "stale_rules"]
         if self.group_sizes is not None:
             names.append("group_sizes")
         for name in names:
@@ -162,8 +171,11 @@ class ExperimentConfig:
             for coef in self.entropy_coefs
             for place in (self.entropy_in if coef else self.entropy_in[:1])
         ]
-        for estimator, size, beta, (entropy_coef, place) in itertools.product(
-            self.estimators, sizes, self.betas, bonuses
+        lagged = [
+            (lag, rule) for lag in self.lags for rule in (self.stale_rules if lag else ("keep",))
+        ]
+        for estimator, size, beta, (entropy_coef, place), (lag, rule) in itertools.product(
+            self.estimators, sizes, self.betas, bonuses, lagged
         ):
             run = RunConfig(
                 estimator=estimator,
@@ -180,6 +192,9 @@ class ExperimentConfig:
                 optimizer=self.optimizer,
                 seed=self.seeds[0],
                 eval_every=self.eval_every,
+                max_lag=lag,
+                max_staleness=self.max_staleness if lag else None,
+                stale_rollouts=rule,
             )
             arms.append((self._label(run), run))
         return arms
@@ -195,6 +210,8 @@ class ExperimentConfig:
                 parts.append(f"H {run.entropy_in} {run.entropy_coef:g}")
             else:
                 parts.append("no bonus")
+        if len(self.lags) > 1 or self.lags != (0,):
+            parts.append(f"lag≤{run.max_lag} {run.stale_rollouts}" if run.max_lag else "lag 0")
         return " ".join(parts)
 
     def arms_axes(self) -> list[str]:
@@ -206,6 +223,8 @@ class ExperimentConfig:
             axes.append("beta")
         if len(self.entropy_coefs) > 1 or len(self.entropy_in) > 1:
             axes.append("entropy_coef")
+        if len(self.lags) > 1 or self.lags != (0,):
+            axes.append("max_lag")
         return axes
 
     @property
@@ -225,6 +244,8 @@ def experiment_config(
     the KL off (β = 0), at verl's default β = 0.001 and at β = 0.01. ``group-size``:
     GRPO, Dr and budget at G = 4, 8, 16, 32 (B = 32 prompts a step). ``difficulty``:
     the difficulty-aware advantages side by side, each at its defaults (``DIFFICULTY``).
+    ``staleness``: GRPO and budget with rollouts up to 0, 2 or 4 updates old (async
+    sampling), each stale rule at ``max_staleness=1``.
     ``regime``
     (``transient`` or ``persistent``, see ``REGIMES``) sets the task, the horizon and
     the reported horizons. ``quick=True`` shrinks everything to a few seconds (for
@@ -264,6 +285,13 @@ def experiment_config(
         defaults.update(estimators=("grpo", "dr", "budget"), group_sizes=(4, 8, 16, 32))
     elif name == "difficulty":
         defaults.update(estimators=DIFFICULTY)
+    elif name == "staleness":
+        defaults.update(
+            estimators=("grpo", "budget"),
+            lags=(0, 2, 4),
+            stale_rules=("keep", "baseline_only", "drop", "drop_group"),
+            max_staleness=1,
+        )
     if quick:
         defaults.update(
             seeds=(0, 1),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -10,10 +11,11 @@ import numpy as np
 
 from ..checks import int_at_least, nonnegative_finite
 from ..core import EstimatorState, compute_advantages, get_spec
+from ..core._staleness import STALE_RULES
 from ..core._weights import split_weighted
 from ..metrics import advantage_metrics, kappa_eff, summarize
 from ._policy import Minibatch, surrogate_loss
-from ._task import Float, Task, exact_metrics, log_policy, sample_rollouts
+from ._task import Float, Int, Task, exact_metrics, log_policy, sample_rollouts
 
 OPTIMIZERS = ("adam", "sgd")
 # Where an entropy term goes: a bonus on the loss (``- c H(π)``, exact) or on each
@@ -67,6 +69,12 @@ class RunConfig:
         seed: seeds the prompt order, the rollouts and the rewards.
         eval_every: evaluate the held-out metrics every this many steps (and at the
             last); the steps between hold NaN. 1 gives full curves.
+        max_lag: async sampling: each rollout comes from the policy of a uniformly drawn
+            0..``max_lag`` updates ago (fewer at the start), so a group mixes policy
+            versions; its PPO ratio is against that sampling policy. 0: on-policy.
+        max_staleness, stale_rollouts: what the advantages do with rollouts more than
+            ``max_staleness`` updates old (:func:`advbudget.compute_advantages`'s
+            ``stale_rollouts``: ``keep``, ``baseline_only``, ``drop``, ``drop_group``).
     """
 
     estimator: str = "budget"
@@ -83,6 +91,9 @@ class RunConfig:
     optimizer: str = "adam"
     seed: int = 0
     eval_every: int = 1
+    max_lag: int = 0
+    max_staleness: int | None = None
+    stale_rollouts: str = "keep"
 
     def __post_init__(self) -> None:
         if not isinstance(self.estimator, str):
@@ -125,6 +136,13 @@ class RunConfig:
             int_at_least("entropy_until", self.entropy_until, 0)
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer: expected one of {OPTIMIZERS}, got {self.optimizer!r}")
+        int_at_least("max_lag", self.max_lag, 0)
+        if self.max_staleness is not None:
+            int_at_least("max_staleness", self.max_staleness, 0)
+        if self.stale_rollouts not in STALE_RULES:
+            raise ValueError(
+                f"stale_rollouts: expected one of {STALE_RULES}, got {self.stale_rollouts!r}"
+            )
 
 
 class _Optimizer:
@@ -150,6 +168,39 @@ class _Optimizer:
         return result
 
 
+def _sample(
+    past: deque[Float],
+    features: Float,
+    task: Task,
+    prompts: Int,
+    config: RunConfig,
+    rng: np.random.Generator,
+) -> tuple[Int, Float, Float, Int]:
+    """One step's rollouts, ``[P, G]`` strategies, rewards, the sampling policy's
+    log-probs of them and each one's lag (updates since its policy; ``past[0]`` is the
+    current one). On-policy (``max_lag=0``): one draw, as always."""
+    success, credit, size = (
+        task.train.success[prompts],
+        task.config.partial_credit,
+        config.group_size,
+    )
+    if config.max_lag == 0:
+        log_probs = log_policy(past[0], features)
+        strategies, rewards = sample_rollouts(log_probs, success, size, rng, partial_credit=credit)
+        old = np.take_along_axis(log_probs, strategies, axis=1)
+        return strategies, rewards, old, np.zeros(strategies.shape, dtype=np.int64)
+    lags = np.minimum(rng.integers(0, config.max_lag + 1, size=(len(prompts), size)), len(past) - 1)
+    strategies = np.zeros(lags.shape, dtype=np.int64)
+    rewards, old = np.zeros(lags.shape), np.zeros(lags.shape)
+    for lag, weights in enumerate(past):
+        log_probs = log_policy(weights, features)
+        drawn, scored = sample_rollouts(log_probs, success, size, rng, partial_credit=credit)
+        mine = lags == lag
+        strategies[mine], rewards[mine] = drawn[mine], scored[mine]
+        old[mine] = np.take_along_axis(log_probs, drawn, axis=1)[mine]
+    return strategies, rewards, old, lags
+
+
 def train(
     config: RunConfig,
     task: Task,
@@ -159,7 +210,8 @@ def train(
     """Train the shared policy of ``task`` from its initial weights; return the curves.
 
     Each step samples ``prompts_per_step`` prompts from the training pool (reshuffled
-    every epoch) and ``group_size`` rollouts each from the current policy, gets the
+    every epoch) and ``group_size`` rollouts each from the current policy (or, with
+    ``max_lag``, each from a policy up to ``max_lag`` updates old), gets the
     advantages from :func:`advbudget.compute_advantages`, takes one PPO epoch over
     ``minibatches`` minibatches, then measures κ_eff on the step's rollouts with
     :func:`advbudget.metrics.kappa_eff` and evaluates the policy exactly on the held-out
@@ -193,6 +245,7 @@ def train(
     state = EstimatorState() if get_spec(base).tracker is not None else None
     order = rng.permutation(task.train.size)
     cursor = 0
+    past: deque[Float] = deque(maxlen=config.max_lag + 1)  # the policies to sample from
     group_size, per_minibatch = config.group_size, config.prompts_per_step // config.minibatches
     for step in range(1, config.steps + 1):
         if cursor + config.prompts_per_step > order.size:
@@ -200,15 +253,9 @@ def train(
         prompts = order[cursor : cursor + config.prompts_per_step]
         cursor += config.prompts_per_step
         features = task.train.features[prompts]
-        log_probs = log_policy(weights, features)
-        strategies, rewards = sample_rollouts(
-            log_probs,
-            task.train.success[prompts],
-            group_size,
-            rng,
-            partial_credit=task.config.partial_credit,
-        )
-        old = np.take_along_axis(log_probs, strategies, axis=1)
+        past.appendleft(weights)
+        strategies, rewards, old, lags = _sample(past, features, task, prompts, config, rng)
+        versions = None if config.max_lag == 0 else (step - 1 - lags).reshape(-1)
         bonus_on = config.entropy_until is None or step <= config.entropy_until
         in_reward = bonus_on and config.entropy_in == "reward" and config.entropy_coef > 0
         shaped = rewards - config.entropy_coef * old if in_reward else rewards
@@ -219,6 +266,10 @@ def train(
             group_weight=weight,
             state=state,
             prompt_ids=None if state is None else prompts.repeat(group_size),
+            policy_versions=versions,
+            current_version=None if versions is None else step - 1,
+            max_staleness=None if versions is None else config.max_staleness,
+            stale_rollouts=config.stale_rollouts if versions is not None else "keep",
         )
         advantages = np.asarray(result.advantages, dtype=np.float64).reshape(rewards.shape)
         in_loss = bonus_on and config.entropy_in == "loss"
