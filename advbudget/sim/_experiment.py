@@ -1,4 +1,5 @@
-"""Experiments: arms (estimator x G x β x entropy term) times seeds, summarised over seeds."""
+"""Experiments: arms (estimator x G x β x entropy term x lag) times seeds, summarised over
+seeds."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import numpy as np
 
 from .._io import atomic_write
 from ..checks import int_at_least
+from ..core._staleness import StaleRule
 from ..metrics import oscillation
 from ._ceiling import Ceiling, task_ceiling
 from ._task import Float, Task, TaskConfig, make_task
@@ -131,7 +133,7 @@ class ExperimentConfig:
     entropy_until: int | None = None
     optimizer: str = "adam"
     lags: tuple[int, ...] = (0,)
-    stale_rules: tuple[str, ...] = ("keep",)
+    stale_rules: tuple[StaleRule, ...] = ("keep",)
     max_staleness: int | None = None
     horizons: tuple[int, ...] = (200, 800)
     eval_every: int = 1

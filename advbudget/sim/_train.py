@@ -11,7 +11,7 @@ import numpy as np
 
 from ..checks import int_at_least, nonnegative_finite
 from ..core import EstimatorState, compute_advantages, get_spec
-from ..core._staleness import STALE_RULES
+from ..core._staleness import STALE_RULES, StaleRule
 from ..core._weights import split_weighted
 from ..metrics import advantage_metrics, kappa_eff, summarize
 from ._policy import Minibatch, surrogate_loss
@@ -93,7 +93,7 @@ class RunConfig:
     eval_every: int = 1
     max_lag: int = 0
     max_staleness: int | None = None
-    stale_rollouts: str = "keep"
+    stale_rollouts: StaleRule = "keep"
 
     def __post_init__(self) -> None:
         if not isinstance(self.estimator, str):
