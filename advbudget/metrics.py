@@ -328,26 +328,32 @@ def _difficulty_spread(result: AdvantageResult, resolution: float | None) -> dic
     """Percentiles of the groups' mean rewards and, with ``resolution``, the share of
     near-tie groups, over the groups with a reward (host floats)."""
     g = result.grouped
-    xp, groups = g.xp, g.groups
+    groups = g.groups
     scored = np.asarray(to_host(groups.per_group(g.count > 0)), dtype=bool)
     means = np.asarray(to_host(groups.per_group(g.mean())), dtype=np.float64)[scored]
     levels = (10, 50, 90)
     values = np.percentile(means, levels) if means.size else [math.nan] * 3
     out = {f"group_mean_p{q}": float(v) for q, v in zip(levels, values, strict=True)}
     if resolution is not None:
-        present = g.present
-        high_rows = g.rewards if present is None else xp.where(present, g.rewards, -math.inf)
-        low_rows = g.rewards if present is None else xp.where(present, g.rewards, math.inf)
-        if present is None and groups.is_rollout is not None:
-            high_rows = xp.where(groups.is_rollout, g.rewards, -math.inf)
-            low_rows = xp.where(groups.is_rollout, g.rewards, math.inf)
-        high = np.asarray(to_host(groups.per_group(groups.max(high_rows))), np.float64)[scored]
-        low = np.asarray(to_host(groups.per_group(groups.min(low_rows))), np.float64)[scored]
+        # present (when given) already leaves out the padding slots of a padded layout
+        high, low = _extremes(groups, g.rewards, g.present)
+        high, low = np.asarray(to_host(high), np.float64), np.asarray(to_host(low), np.float64)
+        high, low = high[scored], low[scored]
         spread = high - low
         tolerance = g.tie_atol + g.tie_rtol * np.maximum(np.abs(high), np.abs(low))
         near = (spread > tolerance) & (spread <= resolution)
         out["near_tie_group_fraction"] = float(near.mean()) if near.size else math.nan
     return out
+
+
+def _extremes(groups: Groups, rows: Array, mask: Array | None) -> tuple[Array, Array]:
+    """``[M]`` largest and smallest of ``rows`` in each group, over the rollouts of
+    ``mask`` (None: every rollout; a padded layout's padding slots never count)."""
+    xp = groups.xp
+    mask = groups.is_rollout if mask is None else mask
+    high = rows if mask is None else xp.where(mask, rows, -math.inf)
+    low = rows if mask is None else xp.where(mask, rows, math.inf)
+    return groups.per_group(groups.max(high)), groups.per_group(groups.min(low))
 
 
 def _staleness_metrics(result: AdvantageResult) -> dict[str, float]:
@@ -357,12 +363,8 @@ def _staleness_metrics(result: AdvantageResult) -> dict[str, float]:
     xp, groups = g.xp, g.groups
     age = np.asarray(to_host(g.staleness.staleness), dtype=np.float64)
     stale = np.asarray(to_host(g.staleness.stale), dtype=bool)
-    versions = groups.rows(g.staleness.versions)
-    high_rows, low_rows = versions, versions
-    if groups.is_rollout is not None:
-        high_rows = xp.where(groups.is_rollout, versions, -math.inf)
-        low_rows = xp.where(groups.is_rollout, versions, math.inf)
-    mixed = groups.per_group(groups.max(high_rows) > groups.min(low_rows))
+    high, low = _extremes(groups, groups.rows(g.staleness.versions), None)
+    mixed = high > low
     return {
         "staleness_mean": float(age.mean()),
         "staleness_max": float(age.max()),

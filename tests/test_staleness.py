@@ -91,25 +91,11 @@ def test_a_group_left_with_one_rollout_follows_singletons() -> None:
 
 def test_nan_rewards_still_follow_nan_policy() -> None:
     rewards = np.array([1.0, NAN, 0.0, 1.0])
+    drop_the_last = {"policy_versions": [2, 2, 2, 0], "current_version": 2, "max_staleness": 0}
     with pytest.raises(ValueError, match=r"^rewards: "):
-        compute_advantages(
-            rewards,
-            "grpo",
-            group_size=4,
-            policy_versions=[2, 2, 2, 0],
-            current_version=2,
-            max_staleness=0,
-            stale_rollouts="drop",
-        )
+        compute_advantages(rewards, "grpo", group_size=4, stale_rollouts="drop", **drop_the_last)
     result = compute_advantages(
-        rewards,
-        "grpo",
-        group_size=4,
-        policy_versions=[2, 2, 2, 0],
-        current_version=2,
-        max_staleness=0,
-        stale_rollouts="drop",
-        nan_policy="omit",
+        rewards, "grpo", group_size=4, stale_rollouts="drop", nan_policy="omit", **drop_the_last
     )
     alone = compute_advantages(np.array([1.0, 0.0]), "grpo", group_size=2).advantages
     np.testing.assert_allclose(result.advantages[[0, 2]], alone)
