@@ -295,7 +295,7 @@ def compute_advantages(
     withheld = None
     if grouped.staleness is not None and grouped.staleness.rule == "baseline_only":
         withheld = grouped.groups.rows(grouped.staleness.stale)
-        rows = grouped.xp.where(withheld, grouped.xp.zeros_like(rows), rows)
+        rows = grouped.xp.where(withheld, 0.0, rows)
     if call is not None:  # after every check passed: a failed call leaves the state as it was
         call.commit()
     return AdvantageResult(
