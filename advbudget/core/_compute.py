@@ -332,11 +332,11 @@ def _turns(
     loss with ``row_weights``), so the metrics count each trajectory once."""
     checks.choice("singletons", singletons, ("skip", "raw"))
     given = {i.name: options.pop(i.name) for i in spec.inputs if i.name in options}
-    missing = [i.name for i in spec.inputs if i.required and i.name not in given]
+    missing = [i for i in spec.inputs if i.required and i.name not in given]
     if missing:
         raise ValueError(
-            f"{missing[0]}: estimator {spec.name!r} needs one value per row "
-            f"({spec.inputs[[i.name for i in spec.inputs].index(missing[0])].doc}), got none"
+            f"{missing[0].name}: estimator {spec.name!r} needs one value per row "
+            f"({missing[0].doc}), got none"
         )
     resolved = spec.resolve_options(options)
     rows = split_rows(
