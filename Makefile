@@ -20,7 +20,7 @@ ifneq ($(PYTHON_VERSION),$(LOCK_PYTHON))
   $(info Python $(PYTHON_VERSION): constraints/ are locked on $(LOCK_PYTHON); installing without them)
 endif
 
-.PHONY: test test-latest lock lock-latest demo bench lint typecheck clean test-core test-verl test-trl test-openrlhf test-tunix bench-verl bench-trl bench-openrlhf bench-tunix bench-rewards
+.PHONY: test test-latest lock lock-latest demo bench lint typecheck clean test-core test-verl test-trl test-openrlhf test-tunix test-skyrl bench-verl bench-trl bench-openrlhf bench-tunix bench-rewards
 
 # $(call constrain,NAME): pip's option for the constraints of environment NAME (none when
 # CONSTRAINTS is empty); $(call constraints_file,NAME): the file, a prerequisite of its
@@ -78,13 +78,13 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-test: lint typecheck test-core test-verl test-trl test-openrlhf test-tunix
+test: lint typecheck test-core test-verl test-trl test-openrlhf test-tunix test-skyrl
 
 # The same environments and suites with what the registry serves today, in .venv-latest*:
 # what a new release of a dependency breaks, before a user meets it.
 LATEST_ENVS := CONSTRAINTS= VENV=.venv-latest VENV_VERL=.venv-latest-verl \
   VENV_TRL=.venv-latest-trl VENV_TRL_OLDEST=.venv-latest-trl-oldest \
-  VENV_OPENRLHF=.venv-latest-openrlhf VENV_TUNIX=.venv-latest-tunix
+  VENV_OPENRLHF=.venv-latest-openrlhf VENV_TUNIX=.venv-latest-tunix VENV_SKYRL=.venv-latest-skyrl
 test-latest:
 	$(MAKE) test $(LATEST_ENVS)
 
@@ -93,7 +93,7 @@ test-latest:
 # every installed version but advbudget's own packages and torch (TORCH_PIN decides it).
 LOCK_DIR ?= constraints
 LOCKED = core:$(VENV) verl:$(VENV_VERL) trl:$(VENV_TRL) trl-oldest:$(VENV_TRL_OLDEST) \
-  openrlhf:$(VENV_OPENRLHF) tunix:$(VENV_TUNIX)
+  openrlhf:$(VENV_OPENRLHF) tunix:$(VENV_TUNIX) skyrl:$(VENV_SKYRL)
 lock:
 	@mkdir -p $(LOCK_DIR)
 	@for pair in $(LOCKED); do \
@@ -218,6 +218,50 @@ test-tunix: $(VENV_TUNIX)/.installed
 bench-tunix: $(VENV_TUNIX)/.installed
 	$(VENV_TUNIX)/bin/python benchmarks/tunix_adapter.py
 
+# SkyRL needs Python >= 3.12: the first python3.12 that runs, on PATH or pyenv's (on this
+# image PATH has only pyenv's shim, which fails while 3.11 is the global version);
+# PYTHON_SKYRL=/path/to/python3.12 chooses. Without one, make test says so in one
+# line and skips this suite only. PyPI serves torch for 3.12 as a CUDA build only (2.6 GB of
+# wheels, about 1 minute here; the environment is about 6 GB): torch comes from TORCH_PIN
+# first, and the CUDA build is accepted on purpose. SkyRL's skyrl-train extra needs flash-attn
+# (CUDA only): its other requirements are installed by hand (GPU users: pip install
+# "advbudget[skyrl]"); nothing on SkyRL's CPU path imports flash-attn (the loop test stubs it).
+ifeq ($(origin PYTHON_SKYRL),undefined)
+  PYTHON_SKYRL := $(shell for python in python3.12 $(HOME)/.pyenv/versions/3.12*/bin/python3.12; \
+    do $$python -c '' 2>/dev/null && { command -v $$python; break; }; done)
+endif
+VENV_SKYRL ?= .venv-skyrl
+# Its constraints are locked on 3.12 (make lock with this environment), used on that Python.
+SKYRL_LOCK_PYTHON := 3.12
+PYTHON_SKYRL_VERSION := $(if $(PYTHON_SKYRL),$(shell $(PYTHON_SKYRL) -c \
+  'import sys; print(*sys.version_info[:2], sep=".")'))
+SKYRL_PINS := $(if $(filter $(SKYRL_LOCK_PYTHON),$(PYTHON_SKYRL_VERSION)),$(call constrain,skyrl))
+SKYRL_TRAIN := ray==2.57.0 loguru tqdm ninja tensorboard func_timeout hydra-core==1.3.4 \
+  accelerate torchdata omegaconf peft==0.18.1 debugpy==1.8.0 hf_transfer wandb "datasets>=4.0.0" \
+  tensordict jaxtyping skyrl-gym polars s3fs "s5cmd>=0.3.3" gcsfs fastapi "orjson>=3.11.9" \
+  "pybase64>=1.4.2" uvicorn vllm-router pybind11 setuptools
+REQUIRE_SKYRL := ADVBUDGET_FRAMEWORK=skyrl \
+  ADVBUDGET_REQUIRE=skyrl,skyrl_gym,ray,torch,advbudget_example_plugin
+$(VENV_SKYRL)/.installed: pyproject.toml $(PLUGIN)/pyproject.toml $(call constraints_file,skyrl)
+	$(PYTHON_SKYRL) -m venv $(VENV_SKYRL)
+	$(VENV_SKYRL)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV_SKYRL)/bin/python -m pip install --quiet "$(TORCH_PIN)" $(SKYRL_PINS)
+	$(VENV_SKYRL)/bin/python -m pip install --quiet skyrl==0.4.0 "$(TORCH_PIN)" $(SKYRL_TRAIN) \
+	  $(SKYRL_PINS)
+	$(VENV_SKYRL)/bin/python -m pip install --quiet -e ".[data,rewards]" pytest hypothesis \
+	  $(SKYRL_PINS)
+	$(VENV_SKYRL)/bin/python -m pip install --quiet --no-deps ./$(PLUGIN)
+	touch $@
+
+test-skyrl:
+ifeq ($(PYTHON_SKYRL),)
+	@echo "test-skyrl: skipped: SkyRL needs Python >= 3.12, none found (python3.12 on PATH or pyenv's; set PYTHON_SKYRL)"
+else
+	$(MAKE) $(VENV_SKYRL)/.installed
+	$(REQUIRE_SKYRL) $(VENV_SKYRL)/bin/python -m pytest -q -p no:cacheprovider tests/adapters/skyrl \
+	  $(CONTRACT) advbudget/adapters/skyrl
+endif
+
 # The demo needs numpy and matplotlib only (the lab is numpy): its own small environment,
 # no torch, no test stack; the core environment's versions.
 VENV_DEMO ?= .venv-demo
@@ -251,4 +295,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/report.py
 
 clean:
-	rm -rf $(VENV) $(VENV_DEMO) $(VENV_VERL) $(VENV_TRL) $(VENV_TRL_OLDEST) $(VENV_OPENRLHF) $(VENV_TUNIX) .venv-latest* .pytest_cache .mypy_cache .ruff_cache demo
+	rm -rf $(VENV) $(VENV_DEMO) $(VENV_VERL) $(VENV_TRL) $(VENV_TRL_OLDEST) $(VENV_OPENRLHF) $(VENV_TUNIX) $(VENV_SKYRL) .venv-latest* .pytest_cache .mypy_cache .ruff_cache demo

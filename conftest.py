@@ -19,7 +19,7 @@ def _absent(framework: str) -> bool:
 
 collect_ignore_glob = [
     f"advbudget/adapters/{framework}/*"
-    for framework in ("verl", "trl", "openrlhf", "tunix")
+    for framework in ("verl", "trl", "openrlhf", "tunix", "skyrl")
     if _absent(framework)
 ]
 if _absent("tunix"):

@@ -487,6 +487,7 @@ def test_data_prepare_tables_fit_80_columns(tmp_path):
             "trl: ",
             "openrlhf: ",
             "tunix: ",
+            "skyrl: ",
             "Prepared data from ",
             "Files written in ",
         ),

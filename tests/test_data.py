@@ -453,11 +453,11 @@ def test_writers_reject_bad_splits(sample, tmp_path, writer):
 
 
 def test_parse_formats():
-    assert parse_formats("all") == ("verl", "trl", "openrlhf", "tunix")
+    assert parse_formats("all") == ("verl", "trl", "openrlhf", "tunix", "skyrl")
     assert parse_formats(["TRL", "verl", "trl"]) == ("trl", "verl")
     assert parse_formats("verl,") == ("verl",)
     with pytest.raises(
-        ValueError, match="formats: expected 'verl', 'trl', 'openrlhf', 'tunix' or 'all'"
+        ValueError, match="formats: expected 'verl', 'trl', 'openrlhf', 'tunix', 'skyrl' or 'all'"
     ):
         parse_formats("verl,nemo")
     with pytest.raises(ValueError, match="expected at least one format name"):
@@ -475,6 +475,7 @@ def test_prepare_writes_every_format(tmp_path):
         "trl": ["trl/train.parquet", "trl/val.parquet"],
         "openrlhf": ["openrlhf/train.jsonl", "openrlhf/val.jsonl"],
         "tunix": ["tunix/train.jsonl", "tunix/val.jsonl"],
+        "skyrl": ["skyrl/train.jsonl", "skyrl/val.jsonl"],
     }
     assert [row["label"] for row in read_jsonl(tmp_path / "openrlhf" / "val.jsonl")] == [
         p.answer for p in result.val
@@ -484,6 +485,9 @@ def test_prepare_writes_every_format(tmp_path):
     assert [row["prompt"] for row in tunix] == [
         row["prompt"] for row in read_jsonl(tmp_path / "openrlhf" / "val.jsonl")
     ]
+    skyrl = read_jsonl(tmp_path / "skyrl" / "val.jsonl")
+    assert [row["reward_model"]["ground_truth"] for row in skyrl] == [p.answer for p in result.val]
+    assert {row["env_class"] for row in skyrl} == {"advbudget_dapo"}
     # The same seed, the same split.
     again = prepare(tmp_path / "again", source=sample_path(), val_fraction=0.125, seed=7)
     assert (again.train, again.val) == (result.train, result.val)

@@ -1,7 +1,7 @@
-"""The four examples are one experiment: the settings each script passes its trainer
+"""The five examples are one experiment: the settings each script passes its trainer
 agree with the protocol and baseline tables of examples/README.md.
 
-The verl and OpenRLHF commands come from the scripts' ``--print`` (bash only); the TRL
+The verl, OpenRLHF and SkyRL commands come from the scripts' ``--print`` (bash only); the TRL
 settings from the example's own ``config_settings`` (no TRL needed to compute them; the
 TRL tests build a ``GRPOConfig`` from every one); the tunix settings from its
 ``algo_settings`` and ``training_settings`` (no jax needed; the tunix tests build every
@@ -26,7 +26,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 README = (EXAMPLES / "README.md").read_text()
-FRAMEWORKS = ("verl", "TRL", "OpenRLHF", "tunix")
+FRAMEWORKS = ("verl", "TRL", "OpenRLHF", "tunix", "SkyRL")
 
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 
@@ -89,6 +89,15 @@ def openrlhf_flags(baseline: str = "grpo", budget: str = "1") -> dict[str, list[
     return flags
 
 
+def skyrl_settings(baseline: str = "grpo", budget: str = "1") -> dict[str, str]:
+    """The SkyRL overrides of ``skyrl_qwen3.sh --print`` (``key=value`` words)."""
+    out = run("skyrl_qwen3.sh", "--print", BASELINE=baseline, BUDGET=budget)
+    assert out.returncode == 0, out.stderr
+    words = shlex.split(out.stdout)
+    items = words[words.index("advbudget.adapters.skyrl") + 1 :]
+    return dict(item.split("=", 1) for item in items)
+
+
 def load_example(script: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(f"{script}_protocol", EXAMPLES / f"{script}.py")
     assert spec is not None
@@ -138,12 +147,14 @@ def test_shared_settings_agree_with_the_protocol() -> None:
     trl, _ = trl_settings()
     generations = trl["per_device_train_batch_size"] * trl["gradient_accumulation_steps"]
     tunix_algo, tunix, _ = tunix_settings()
+    sky = skyrl_settings()
     checks: dict[str, dict[str, float]] = {
         "rollouts per prompt": {
             "verl": float(verl["actor_rollout_ref.rollout.n"]),
             "TRL": trl["num_generations"],
             "OpenRLHF": float(orl["--rollout.n_samples_per_prompt"][0]),
             "tunix": tunix_algo["num_generations"],
+            "SkyRL": float(sky["generator.n_samples_per_prompt"]),
         },
         "prompts per update": {
             "verl": float(verl["data.train_batch_size"]),
@@ -152,34 +163,41 @@ def test_shared_settings_agree_with_the_protocol() -> None:
             "OpenRLHF": float(orl["--rollout.batch_size"][0]),
             "OpenRLHF update": float(orl["--train.batch_size"][0]) / 8,
             "tunix": tunix["mini_batch_size"],
+            "SkyRL": float(sky["trainer.train_batch_size"]),
+            "SkyRL mini-batch": float(sky["trainer.policy_mini_batch_size"]),
         },
         "training steps": {
             "verl": float(verl["trainer.total_training_steps"]),
             "TRL": trl["max_steps"],
             "OpenRLHF": float(orl["--data.max_samples"][0]) / 32,
             "tunix": tunix["max_steps"],
+            "SkyRL": float(sky["trainer.max_training_steps"]),
         },
         "response tokens": {
             "verl": float(verl["data.max_response_length"]),
             "TRL": trl["max_completion_length"],
             "OpenRLHF": float(orl["--rollout.max_new_tokens"][0]),
             "tunix": tunix["rollout"]["max_tokens_to_generate"],
+            "SkyRL": float(sky["generator.sampling_params.max_generate_length"]),
         },
         "sampling temperature": {
             "verl": float(verl["actor_rollout_ref.rollout.temperature"]),
             "TRL": trl["temperature"],
             "OpenRLHF": float(orl["--rollout.temperature"][0]),
             "tunix": tunix["rollout"]["temperature"],
+            "SkyRL": float(sky["generator.sampling_params.temperature"]),
         },
         "learning rate": {
             "verl": float(verl["actor_rollout_ref.actor.optim.lr"]),
             "TRL": trl["learning_rate"],
             "OpenRLHF": float(orl["--actor.adam.lr"][0]),
             "tunix": tunix["learning_rate"],
+            "SkyRL": float(sky["trainer.policy.optimizer_config.lr"]),
         },
         "entropy bonus": {
             "verl": float(verl["actor_rollout_ref.actor.entropy_coeff"]),
             "OpenRLHF": float(orl["--actor.entropy_coef"][0]),
+            "SkyRL": 0.0 if sky["trainer.algorithm.use_entropy_loss"] == "false" else 1.0,
         },
     }
     for setting, values in checks.items():
@@ -208,6 +226,12 @@ def test_validation_agrees() -> None:
     assert tunix["eval_every_n_steps"] == every
     assert tunix["checkpoint_every"] == every  # with the checkpoints
     assert tunix["validation_rollout"] == {"n": samples, "temperature": temperature}
+    sky = skyrl_settings()
+    assert float(sky["trainer.eval_interval"]) == every
+    assert float(sky["trainer.ckpt_interval"]) == every  # with the checkpoints
+    assert float(sky["generator.eval_n_samples_per_prompt"]) == samples
+    assert float(sky["generator.eval_sampling_params.temperature"]) == temperature
+    assert sky["data.val_data"].endswith("dapo/skyrl/val.jsonl']")
 
 
 def test_evaluation_agrees() -> None:
@@ -218,6 +242,7 @@ def test_evaluation_agrees() -> None:
     commands = {
         "verl": eval_command("verl_qwen3.sh"),
         "OpenRLHF": eval_command("openrlhf_qwen3.sh"),
+        "SkyRL": eval_command("skyrl_qwen3.sh"),
         "TRL": TRL.eval_command(args, Path("final"))[3:],
         "tunix": TUNIX.eval_command(tunix_settings()[2], Path("final"))[3:],
     }
@@ -233,8 +258,9 @@ def test_evaluation_agrees() -> None:
 
 def test_chat_template_default_everywhere() -> None:
     assert "default" in PROTOCOL["chat template"]["protocol"]
-    for script in ("verl_qwen3.sh", "openrlhf_qwen3.sh"):
+    for script in ("verl_qwen3.sh", "openrlhf_qwen3.sh", "skyrl_qwen3.sh"):
         assert "thinking" not in " ".join(eval_command(script))
+    assert not any("thinking" in key for key in skyrl_settings())
     assert not any("thinking" in key for key in verl_settings())
     assert not any("thinking" in flag for flag in openrlhf_flags())
     trl, args = trl_settings()
@@ -277,6 +303,12 @@ def test_each_baseline_agrees_where_the_framework_has_it(baseline: str) -> None:
         tunix, _, _ = tunix_settings(baseline)
         assert (tunix["epsilon"], tunix.get("epsilon_high", tunix["epsilon"])) == (low, high)
         assert tunix["beta"] == kl
+    assert row["SkyRL"].startswith("✓")  # SkyRL has every baseline
+    sky = skyrl_settings(baseline)
+    assert float(sky["trainer.algorithm.eps_clip_low"]) == low
+    assert float(sky["trainer.algorithm.eps_clip_high"]) == high
+    sky_kl = float(sky.get("trainer.algorithm.kl_loss_coef", "0"))
+    assert (sky_kl if sky["trainer.algorithm.use_kl_loss"] == "true" else 0.0) == kl
     if row["OpenRLHF"] == "–":
         out = run("openrlhf_qwen3.sh", "--print", BASELINE=baseline)
         assert out.returncode == 2
@@ -305,13 +337,16 @@ def test_dapo_extras_everywhere() -> None:
     # tunix has no dynamic sampling: the stated difference, and what the example does instead
     assert "no dynamic sampling" in BASELINES["dapo"]["tunix"]
     assert tunix["learner"]["skipped_groups"] == "drop"
+    sky = skyrl_settings("dapo")
+    assert sky["trainer.algorithm.dynamic_sampling.type"] == "filter"
+    assert "no overlong penalty" in BASELINES["dapo"]["SkyRL"]  # the stated difference
 
 
 def test_the_held_out_split_is_the_same_in_every_format(tmp_path: Path) -> None:
     """Each script prepares its own format; the table promises one split (same seed)."""
     pd = pytest.importorskip("pandas")
     pytest.importorskip("pyarrow")
-    for fmt in ("verl", "trl", "openrlhf", "tunix"):
+    for fmt in ("verl", "trl", "openrlhf", "tunix", "skyrl"):
         out = subprocess.run(
             [sys.executable, "-c", "from advbudget.cli import main; main()", "data", "prepare",
              "--sample", "--format", fmt, "--val-size", "8", "-o", str(tmp_path / fmt)],
@@ -326,6 +361,8 @@ def test_the_held_out_split_is_the_same_in_every_format(tmp_path: Path) -> None:
     assert verl == trl == [json.loads(line)["label"] for line in lines]
     lines = (tmp_path / "tunix/tunix/val.jsonl").read_text().splitlines()
     assert verl == [json.loads(line)["answer"] for line in lines]
+    lines = (tmp_path / "skyrl/skyrl/val.jsonl").read_text().splitlines()
+    assert verl == [json.loads(line)["reward_model"]["ground_truth"] for line in lines]
     assert len(verl) == 8
 
 
@@ -340,7 +377,8 @@ def test_the_same_run_has_the_same_name_in_every_framework(budget: str) -> None:
                                            "--estimator", estimator]))  # fmt: skip
         tunix = TUNIX.run_name(TUNIX.parse_args(["--dry-run", "--baseline", baseline,
                                                  "--estimator", estimator]))  # fmt: skip
-        assert verl == orl == trl == tunix, (verl, orl, trl, tunix)
+        sky = skyrl_settings(baseline, budget)["trainer.run_name"]
+        assert verl == orl == trl == tunix == sky, (verl, orl, trl, tunix, sky)
         names.add(verl)
     assert len(names) == 4
 

@@ -23,9 +23,11 @@ ENVIRONMENTS = {
     ".venv-trl-oldest": "trl-oldest",
     ".venv-openrlhf": "openrlhf",
     ".venv-tunix": "tunix",
+    ".venv-skyrl": "skyrl",
 }
-#: Those with torch (tunix's is jax only).
-TRAINER_STAMPS = tuple(venv for venv in ENVIRONMENTS if venv != ".venv-tunix")
+#: Those with torch's CPU wheel (tunix's is jax only; PyPI serves torch for SkyRL's Python,
+#: 3.12, as a CUDA build only, which that environment accepts).
+TRAINER_STAMPS = tuple(venv for venv in ENVIRONMENTS if venv not in (".venv-tunix", ".venv-skyrl"))
 
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 
@@ -55,6 +57,28 @@ def test_torch_pin_comes_first_and_is_checked_last(venv: str) -> None:
     guard = [i for i, line in enumerate(lines) if "torch.version.cuda" in line]
     assert guard, "no CUDA check"
     assert guard[0] > installs[-1], "the CUDA check must follow the last install"
+
+
+def test_skyrl_takes_torch_from_its_pin_first() -> None:
+    lines = _recipe(".venv-skyrl/.installed")
+    installs = [line for line in lines if "pip install" in line and "--upgrade pip" not in line]
+    assert '"torch==2.13.0"' in installs[0], installs[0]
+    venv = [line for line in lines if "-m venv .venv-skyrl" in line]
+    assert venv, lines
+    assert "python3.12 -m venv" in venv[0], venv[0]  # SkyRL needs Python >= 3.12
+
+
+def test_without_python_312_make_test_skips_skyrl_in_one_line() -> None:
+    out = subprocess.run(
+        ["make", "-s", "-C", str(ROOT), "test-skyrl", "PYTHON_SKYRL="],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip().splitlines() == [
+        "test-skyrl: skipped: SkyRL needs Python >= 3.12, none found (python3.12 on PATH or "
+        "pyenv's; set PYTHON_SKYRL)"
+    ]
 
 
 def test_torch_index_reaches_pip() -> None:
@@ -203,7 +227,7 @@ def test_lock_writes_each_environments_versions(tmp_path: Path) -> None:
 
     here = sys.prefix
     venvs = [f"{variable}={here}" for variable in ("VENV", "VENV_VERL", "VENV_TRL",
-             "VENV_TRL_OLDEST", "VENV_OPENRLHF", "VENV_TUNIX")]  # fmt: skip
+             "VENV_TRL_OLDEST", "VENV_OPENRLHF", "VENV_TUNIX", "VENV_SKYRL")]  # fmt: skip
     out = subprocess.run(
         ["make", "-s", "-C", str(ROOT), "lock", f"LOCK_DIR={tmp_path}", *venvs],
         capture_output=True,
@@ -227,11 +251,11 @@ def test_lock_writes_each_environments_versions(tmp_path: Path) -> None:
     assert "lock: /nonexistent is missing: run make test first" in missing.stderr
 
 
-def _lock_python() -> str:
+def _lock_python(variable: str = "LOCK_PYTHON") -> str:
     (line,) = [
         line
         for line in (ROOT / "Makefile").read_text().splitlines()
-        if line.startswith("LOCK_PYTHON :=")
+        if line.startswith(f"{variable} :=")
     ]
     return line.split(":=")[1].strip()
 
@@ -239,7 +263,8 @@ def _lock_python() -> str:
 @pytest.mark.parametrize("name", ENVIRONMENTS.values())
 def test_constraints_were_locked_on_the_makefiles_python(name: str) -> None:
     header = (ROOT / "constraints" / f"{name}.txt").read_text().splitlines()[1]
-    assert f"Python {_lock_python()}." in header, header
+    python = _lock_python("SKYRL_LOCK_PYTHON" if name == "skyrl" else "LOCK_PYTHON")
+    assert f"Python {python}." in header, header
 
 
 def test_another_python_installs_without_constraints_and_says_so(tmp_path: Path) -> None:
@@ -264,6 +289,7 @@ def test_another_python_installs_without_constraints_and_says_so(tmp_path: Path)
         ("test-trl", "trl"),
         ("test-openrlhf", "openrlhf"),
         ("test-tunix", "tunix"),
+        ("test-skyrl", "skyrl"),
     ],
 )
 def test_each_trainer_suite_requires_what_its_environment_is_built_with(

@@ -160,6 +160,12 @@ def _usage(name: str, files: dict[str, str]) -> str:
         return f"datasets.load_dataset('parquet', data_files={files!r})"
     if name == "tunix":
         return f"python examples/tunix_qwen3.py --data {Path(files['train']).parent}"
+    if name == "skyrl":
+        return " ".join(
+            f"data.{key}=['{files[split]}']"
+            for key, split in (("train_data", "train"), ("val_data", "val"))
+            if split in files
+        )
     return (
         f"--data.prompt_dataset {files['train']} --data.input_key prompt "
         "--data.label_key label --data.apply_chat_template"

@@ -30,7 +30,7 @@ class Convention:
     """How one framework computes the advantages it has, and how it names ours.
 
     Attributes:
-        framework: ``"verl"``, ``"trl"``, ``"openrlhf"`` or ``"tunix"``.
+        framework: ``"verl"``, ``"trl"``, ``"openrlhf"``, ``"tunix"`` or ``"skyrl"``.
         version: the framework versions the row was read from (and is tested against).
         own_names: core estimator -> the framework's own estimator computing the same
             advantages (its mirror).
@@ -38,6 +38,8 @@ class Convention:
         singletons: how the framework scores a group of one (mirrors only).
         singletons_refused: the mirrors whose framework estimator (or its launcher) raises
             on a group of one: the mirror raises too (``singletons="refuse"``).
+        singletons_skipped: the mirrors whose framework estimator scores a group of one 0
+            where ``singletons`` says otherwise (SkyRL's rloo, beside its raw grpo).
         returns: mirror -> what the framework's returns are the reward-to-go of where they
             are not the advantages: ``"reward"`` (the reward itself, no baseline), or a
             core estimator (its advantages: the shaping before a batch whitening).
@@ -62,6 +64,7 @@ class Convention:
     options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     singletons: Singletons = "skip"
     singletons_refused: frozenset[str] = frozenset()
+    singletons_skipped: frozenset[str] = frozenset()
     returns: Mapping[str, str] = field(default_factory=dict)
     exact_ties: bool = True
     prefix: str = "advbudget_"
@@ -124,7 +127,7 @@ class Convention:
         singletons: Singletons = "skip"
         if mirror and spec.name in self.singletons_refused:
             singletons = "refuse"
-        elif mirror and spec.raw_singletons:
+        elif mirror and spec.raw_singletons and spec.name not in self.singletons_skipped:
             singletons = self.singletons
         out: dict[str, Any] = {
             "tie_rtol": 0.0 if exact else DEFAULT_TIE_RTOL,
@@ -180,12 +183,12 @@ class Convention:
 
 #: The frameworks with an adapter; each keeps its row in
 #: ``advbudget/adapters/<framework>/_convention.py`` (importing nothing of the framework).
-FRAMEWORKS = ("verl", "openrlhf", "trl", "tunix")
+FRAMEWORKS = ("verl", "openrlhf", "trl", "tunix", "skyrl")
 
 
 def get_convention(framework: str) -> Convention:
     """The :class:`Convention` row of ``framework`` (``"verl"``, ``"trl"``, ``"openrlhf"``,
-    ``"tunix"``), from its adapter's folder."""
+    ``"tunix"``, ``"skyrl"``), from its adapter's folder."""
     if framework not in FRAMEWORKS:
         raise ValueError(f"framework: expected one of {sorted(FRAMEWORKS)}, got {framework!r}")
     row: Convention = getattr(adapter_module(framework, "_convention"), framework.upper())

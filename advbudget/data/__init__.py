@@ -39,7 +39,7 @@ from ._samples import sample_path
 from ._writers import writer_named
 
 if TYPE_CHECKING:
-    from ._writers import write_openrlhf, write_trl, write_tunix, write_verl
+    from ._writers import write_openrlhf, write_skyrl, write_trl, write_tunix, write_verl
 
 __all__ = [
     "DAPO_DATA_SOURCE",
@@ -62,6 +62,7 @@ __all__ = [
     "sample_path",
     "split_problems",
     "write_openrlhf",
+    "write_skyrl",
     "write_trl",
     "write_tunix",
     "write_verl",

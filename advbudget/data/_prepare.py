@@ -14,7 +14,7 @@ from ._load import load_problems
 from ._problems import DEFAULT_SOURCE, Problem, extract_problem
 from ._writers import WRITERS
 
-FORMATS = tuple(WRITERS)  # ("verl", "trl", "openrlhf", "tunix")
+FORMATS = tuple(WRITERS)  # ("verl", "trl", "openrlhf", "tunix", "skyrl")
 
 
 @dataclass(frozen=True)
@@ -263,13 +263,13 @@ def parse_formats(formats: str | Iterable[str]) -> tuple[str, ...]:
     Examples:
         >>> from advbudget.data import parse_formats
         >>> parse_formats("all")
-        ('verl', 'trl', 'openrlhf', 'tunix')
+        ('verl', 'trl', 'openrlhf', 'tunix', 'skyrl')
         >>> parse_formats("openrlhf, verl")
         ('openrlhf', 'verl')
         >>> parse_formats("rllib")
         Traceback (most recent call last):
         ...
-        ValueError: formats: expected 'verl', 'trl', 'openrlhf', 'tunix' or 'all' ..., got 'rllib'
+        ValueError: formats: expected 'verl', 'trl', 'openrlhf', 'tunix', 'skyrl' or 'all' ...
     """
     names = formats.split(",") if isinstance(formats, str) else list(formats)
     chosen: list[str] = []
@@ -304,15 +304,17 @@ def prepare(
     """Load, deduplicate, shuffle, split and write DAPO-Math-17K for each trainer.
 
     Writes ``<output_dir>/verl/{train,val}.parquet``, ``<output_dir>/trl/{train,val}.parquet``
-    ``<output_dir>/openrlhf/{train,val}.jsonl`` and ``<output_dir>/tunix/{train,val}.jsonl``
-    (no ``val`` file without a validation set); see :func:`write_verl`, :func:`write_trl`,
-    :func:`write_openrlhf` and :func:`write_tunix`. Options are
+    ``<output_dir>/openrlhf/{train,val}.jsonl``, ``<output_dir>/tunix/{train,val}.jsonl`` and
+    ``<output_dir>/skyrl/{train,val}.jsonl`` (no ``val`` file without a validation set); see
+    :func:`write_verl`, :func:`write_trl`, :func:`write_openrlhf`, :func:`write_tunix` and
+    :func:`write_skyrl`. Options are
     checked before anything is read.
 
     Args:
         output_dir: the folder to write into.
         source, split, config: as for :func:`load_problems`.
-        formats: ``"all"``, one of ``"verl"``, ``"trl"``, ``"openrlhf"``, ``"tunix"``, or several
+        formats: ``"all"``, one of ``"verl"``, ``"trl"``, ``"openrlhf"``, ``"tunix"``,
+            ``"skyrl"``, or several
             (comma-separated or a list).
         max_samples, seed, shuffle, val_size, val_fraction: as for
             :func:`split_problems`.
@@ -330,7 +332,8 @@ def prepare(
         (64, 60, 4)
         >>> names
         {'verl': ['train.parquet', 'val.parquet'], 'trl': ['train.parquet', 'val.parquet'],
-         'openrlhf': ['train.jsonl', 'val.jsonl'], 'tunix': ['train.jsonl', 'val.jsonl']}
+         'openrlhf': ['train.jsonl', 'val.jsonl'], 'tunix': ['train.jsonl', 'val.jsonl'],
+         'skyrl': ['train.jsonl', 'val.jsonl']}
     """
     chosen_formats = parse_formats(formats)
     check_split_options(val_size=val_size, val_fraction=val_fraction, max_samples=max_samples)

@@ -1,8 +1,9 @@
 """Each framework's data writer, from its adapter's folder
 (``advbudget/adapters/<framework>/data.py``: :func:`write_verl`, :func:`write_trl`,
-:func:`write_openrlhf`, :func:`write_tunix`). Each is loaded by its file when first asked
-for: ``advbudget data prepare`` runs without any trainer, an adapter's package may need
-its framework, and a writer imports this package's helpers (:mod:`._format`)."""
+:func:`write_openrlhf`, :func:`write_tunix`, :func:`write_skyrl`). Each is loaded by its
+file when first asked for: ``advbudget data prepare`` runs without any trainer, an
+adapter's package may need its framework, and a writer imports this package's helpers
+(:mod:`._format`)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ if TYPE_CHECKING:  # the functions themselves, for type checkers and the API doc
 Writer = Callable[[Splits, str | os.PathLike[str]], list[Path]]
 
 #: The formats, in the order ``advbudget data prepare`` lists them.
-_FORMATS = ("verl", "trl", "openrlhf", "tunix")
+_FORMATS = ("verl", "trl", "openrlhf", "tunix", "skyrl")
 
 
 class _Writers(Mapping[str, Writer]):

@@ -15,7 +15,7 @@ from advbudget.data._writers import WRITERS
 ADAPTERS = Path(advbudget.__file__).resolve().parent / "adapters"
 ROLES = ("__init__.py", "_version.py", "_convention.py", "_options.py", "_hooks.py")
 ROLES += ("rewards.py", "data.py")
-THIN_PATH = {"verl": "_estimators.py", "openrlhf": "_estimators.py", "tunix": "_estimators.py"}
+THIN_PATH = dict.fromkeys(("verl", "openrlhf", "tunix", "skyrl"), "_estimators.py")
 THIN_PATH["trl"] = "_trainer.py"
 FRAMEWORKS = tuple(CONVENTIONS)
 BY_PATH = ("_convention.py", "data.py")  # loaded without their package

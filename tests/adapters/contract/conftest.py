@@ -24,7 +24,7 @@ from types import ModuleType
 
 import pytest
 
-FRAMEWORKS = ("verl", "trl", "openrlhf", "tunix")
+FRAMEWORKS = ("verl", "trl", "openrlhf", "tunix", "skyrl")
 FRAMEWORK = os.environ.get("ADVBUDGET_FRAMEWORK", "")
 ADAPTERS = Path(__file__).resolve().parents[1]
 

@@ -1,0 +1,89 @@
+"""SkyRL's advbudget options: the mapping ``trainer.algorithm.advbudget`` of the run's config,
+read once into one :class:`~advbudget.adapters._options.AdapterOptions`.
+
+SkyRL's config is typed: an unknown key is refused (``from_cli_overrides``). The adapter's
+entry point parses the command line with :class:`AdvBudgetAlgorithmConfig`'s field
+``advbudget`` (a mapping), so ``trainer.algorithm.advbudget.budget=0.5`` is a key like any
+other; a plain ``AlgorithmConfig`` (a direct call of an estimator) has the defaults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .._options import CORE_OPTIONS, UNSET, AdapterOptions
+from ._convention import SKYRL
+
+#: Where the options sit in SkyRL's config.
+KEY = "trainer.algorithm.advbudget"
+
+#: Why ``rho="kl"`` is refused: not built (the trainer would score each kept response
+#: again with the policy's workers, one extra forward pass a step).
+KL_RHO_REFUSED = (
+    "the adapter does not score past responses again with SkyRL's policy workers yet; "
+    "give spo a constant rho in [0, 1] (default 0.875)"
+)
+
+_OTHER_OPTIONS = (
+    "solved_reward",
+    "group_weight",
+    "skipped_groups",
+    "max_generation_batches",
+    "kappa_every",
+)
+
+
+def known_options() -> list[str]:
+    """Every option under ``trainer.algorithm.advbudget``: each catalogue option, the
+    core's tie tolerance and ``nan_policy``, and the trainer features'."""
+    return [*SKYRL.option_names(), *CORE_OPTIONS, *_OTHER_OPTIONS]
+
+
+def key_of(name: str) -> str:
+    """SkyRL's key of our option ``name``: ``trainer.algorithm.advbudget.<name>``."""
+    return f"{KEY}.{name}"
+
+
+def given_options(config: Any) -> Mapping[str, Any]:
+    """The ``advbudget`` mapping of SkyRL's algorithm config ``config`` ({} without one:
+    a plain ``AlgorithmConfig``, or None)."""
+    given = getattr(config, "advbudget", None)
+    if given is None and isinstance(config, Mapping):
+        given = config.get("advbudget")
+    if given is None:
+        return {}
+    if not isinstance(given, Mapping):
+        raise ValueError(f"{KEY}: expected a mapping of option: value, got {given!r}")
+    return given
+
+
+def read_options(config: Any) -> AdapterOptions:
+    """The options of SkyRL's algorithm config ``config`` (or of the ``advbudget``
+    mapping itself); defaults from SkyRL's convention row. An unknown or bad option raises a
+    one-line ValueError naming its key.
+
+    Examples:
+        >>> options = read_options({"advbudget": {"budget": 0.5, "skipped_groups": "Drop"}})
+        >>> dict(options.estimator_options), options.skipped_groups, options.kappa_every
+        ({'budget': 0.5}, 'drop', 10)
+        >>> read_options({"advbudget": {"budjet": 0.5}})
+        Traceback (most recent call last):
+        ...
+        ValueError: trainer.algorithm.advbudget.budjet: not an advbudget option (expected ...
+    """
+    given = given_options(config)
+    allowed = known_options()
+    for name, value in given.items():
+        if name not in allowed:
+            raise ValueError(
+                f"{key_of(name)}: not an advbudget option (expected one of "
+                f"{', '.join(allowed)}), got {value!r}"
+            )
+    return AdapterOptions.parse(
+        lambda name: given.get(name, UNSET),
+        SKYRL,
+        key=key_of,
+        off="null",
+        kl_rho_refused=KL_RHO_REFUSED,
+    )

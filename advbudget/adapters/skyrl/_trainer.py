@@ -1,0 +1,293 @@
+"""The advbudget run of SkyRL: its config, experiment, trainer and entry point.
+
+``python -m advbudget.adapters.skyrl <SkyRL's key=value overrides>`` (or SkyRL's own
+``python -m skyrl.train.entrypoints.main_base trainer.override_entrypoint=advbudget.adapters.skyrl
+...``) runs SkyRL's training as its own entry point does (its config validation, Ray start-up
+and registry sync, the trainer in a Ray task), with:
+
+- :class:`AdvBudgetConfig`: SkyRL's config with ``trainer.algorithm.advbudget``, a mapping of
+  advbudget options (``trainer.algorithm.advbudget.budget=0.5``), read once and checked
+  before Ray starts;
+- :class:`AdvBudgetPPOTrainer`: around SkyRL's own advantage call, each step's advbudget
+  metrics and the prompt ledger into SkyRL's logged metrics (``advbudget/...``), the rows
+  ``skipped_groups=drop`` leaves out (their ``loss_mask`` zeroed), the estimator's memory
+  across steps; around its update, κ_eff every ``kappa_every`` steps;
+- :class:`MemoryCallback`: the run's memory (ledger, estimator state) in each
+  ``global_step_N`` checkpoint folder (:data:`MEMORY_FILE`), read back on resume.
+
+``skipped_groups=drop`` zeroes the loss mask of the rows it drops. SkyRL applies the loss
+reduction per mini-batch by rescaling advantages: ``token_mean`` (and ``token_mean_legacy``)
+divide by the mask's token count, so dropped rows leave the normaliser too: an exact drop;
+``sequence_mean`` and ``prompt_mean`` divide by the mini-batch's row or prompt count, which
+keeps the dropped ones (their loss is 0, the normaliser SkyRL's constant count), and
+``seq_mean_token_sum_norm`` divides by a constant by design.
+"""
+
+# No `from __future__ import annotations`: SkyRL builds its config from the dataclass fields'
+# annotations (skyrl/train/config/config.py:1816), which must be classes, not strings.
+import json
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import ray
+import torch
+from skyrl.backends.skyrl_train.distributed.dispatch import loss_fn_outputs_to_tensor
+from skyrl.backends.skyrl_train.training_batch import (
+    TrainingInputBatch,
+    pad_training_input_batch,
+)
+from skyrl.train.config import AlgorithmConfig, SkyRLTrainConfig, TrainerConfig
+from skyrl.train.entrypoints.main_base import BasePPOExp
+from skyrl.train.trainer import RayPPOTrainer
+from skyrl.train.utils.callbacks import CallbackInput, TrainingCallback, TrainingControl
+from skyrl.train.utils.utils import initialize_ray, validate_cfg
+
+from advbudget.core import get_spec, kappa_eff_of_pairs, sequence_logprobs
+from advbudget.metrics import kappa_metric_dict
+
+from .._features import (
+    RunMemory,
+    Step,
+    check_memory,
+    defined,
+    dropped_rows,
+    forget_published,
+    group_prompts,
+    kappa_due,
+    kappa_rows,
+    lend_memory,
+    step_metrics,
+    take_published,
+    update_ledger,
+)
+from .._options import AdapterOptions
+from ._convention import SKYRL
+from ._estimators import padding_rows
+from ._options import key_of, read_options
+
+#: The run's memory (the ledger, an estimator's state) in each ``global_step_N`` folder.
+MEMORY_FILE = "advbudget_memory.json"
+
+
+@dataclass
+class AdvBudgetAlgorithmConfig(AlgorithmConfig):  # type: ignore[misc]
+    """SkyRL's ``trainer.algorithm`` with advbudget's options."""
+
+    advbudget: dict[str, Any] = field(default_factory=dict)
+    """advbudget's options (``trainer.algorithm.advbudget.<name>=<value>``): any option of the
+    chosen estimator, ``tie_rtol``/``tie_atol``/``nan_policy``, ``solved_reward``,
+    ``group_weight``, ``skipped_groups``, ``max_generation_batches``, ``kappa_every``."""
+
+
+@dataclass
+class AdvBudgetTrainerConfig(TrainerConfig):  # type: ignore[misc]
+    algorithm: AdvBudgetAlgorithmConfig = field(default_factory=AdvBudgetAlgorithmConfig)
+
+
+@dataclass
+class AdvBudgetConfig(SkyRLTrainConfig):  # type: ignore[misc]
+    """SkyRL's config with ``trainer.algorithm.advbudget``."""
+
+    trainer: AdvBudgetTrainerConfig = field(default_factory=AdvBudgetTrainerConfig)
+
+
+def check_run(cfg: Any) -> AdapterOptions:
+    """The run's advbudget options, read and checked before Ray starts: a bad option, or one
+    the chosen estimator or SkyRL's mode cannot honour, raises one line naming its key."""
+    algorithm = cfg.trainer.algorithm
+    options = read_options(algorithm)
+    name = algorithm.advantage_estimator
+    if name in SKYRL.names():
+        spec = get_spec(SKYRL.core_name(name))
+        SKYRL.check_rewards(spec, name)
+        check_memory(spec, options, key_of)
+    if options.skipped_groups == "resample":
+        raise ValueError(
+            f"{key_of('skipped_groups')}: 'resample' is not available in SkyRL yet; SkyRL's "
+            "own trainer.algorithm.dynamic_sampling.type=filter samples again past groups "
+            "whose rewards all tie (DAPO); use 'drop' or 'keep'"
+        )
+    return options
+
+
+class AdvBudgetPPOTrainer(RayPPOTrainer):  # type: ignore[misc]
+    """SkyRL's ``RayPPOTrainer`` with advbudget's step features (see the module)."""
+
+    def __init__(self, *args: Any, callbacks: Sequence[Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, callbacks=[*(callbacks or []), MemoryCallback()], **kwargs)
+        self.start_advbudget()
+
+    def start_advbudget(self) -> None:
+        """The run's options (checked), its memory and the step's result, none yet."""
+        self.advbudget_options = check_run(self.cfg)
+        self.advbudget_memory = RunMemory().with_ledger(self.advbudget_options.prompt_ledger)
+        self.advbudget_step: Step | None = None
+
+    def compute_advantages_and_returns(self, data: TrainingInputBatch) -> TrainingInputBatch:
+        uids = list(data.metadata["uids"])
+        last = data.metadata.get("is_last_step") if self._step_wise else None
+        rows = uids if last is None else [uid for uid, end in zip(uids, last, strict=True) if end]
+        padding = int(data.metadata.get("pad_size", 0) or 0)
+        prompts = rows[: len(rows) - padding]
+        forget_published()
+        with padding_rows(padding), lend_memory(self.advbudget_memory, prompts):
+            data = super().compute_advantages_and_returns(data)
+        result = take_published(len(prompts))
+        self.advbudget_step = None
+        if result is None:
+            return data  # SkyRL's own estimator ran
+        step = Step(result, self.advbudget_options, SKYRL.metric_prefix)
+        metrics = step_metrics(step)
+        if self.advbudget_memory.ledger is not None:
+            ledger = self.advbudget_memory.ledger
+            metrics.update(update_ledger(ledger, step, group_prompts(step, prompts)))
+        dropped = dropped_rows(step)
+        if dropped:
+            _drop(data, dropped, last)
+        self.all_metrics.update(metrics)
+        self.advbudget_step = step
+        return data
+
+    def train_critic_and_policy(self, data: TrainingInputBatch) -> Any:
+        step = self.advbudget_step
+        if step is None or self._step_wise or not kappa_due(step.options, self.global_step):
+            return super().train_critic_and_policy(data)
+        pairs = kappa_rows(step)
+        rows = np.asarray(pairs.rows()).tolist()
+        before = self._sequence_logprobs(data, rows)
+        status = super().train_critic_and_policy(data)
+        after = self._sequence_logprobs(data, rows)
+        values = (
+            kappa_eff_of_pairs(pairs, before, after, rows=np.asarray(rows))
+            if rows
+            else torch.zeros(0)
+        )
+        self.all_metrics.update(defined(kappa_metric_dict(values, prefix=SKYRL.metric_prefix)))
+        return status
+
+    @property
+    def _step_wise(self) -> bool:
+        return bool(self.cfg.generator.step_wise_trajectories)
+
+    def _sequence_logprobs(self, data: TrainingInputBatch, rows: list[int]) -> torch.Tensor:
+        """The policy's sequence log-probs of ``rows`` of ``data`` (their response tokens),
+        through SkyRL's own forward pass, padded to the data-parallel size."""
+        if not rows:
+            return torch.zeros(0)
+        keys = ["sequences", "attention_mask"]
+        chosen = data.select(keys, ["response_length"])
+        subset = TrainingInputBatch.cat([chosen.slice(row, row + 1) for row in rows])
+        subset.metadata = {"response_length": data.metadata["response_length"]}
+        dp_size = self.dispatch.get_lcm_dp_size()
+        subset = pad_training_input_batch(subset, -len(rows) % dp_size)
+        output = self.dispatch.forward("policy", subset)
+        logprobs = loss_fn_outputs_to_tensor(output.loss_fn_outputs, key="logprobs")[: len(rows)]
+        mask = data["response_mask"][rows]
+        values: torch.Tensor = sequence_logprobs(logprobs.to(torch.float64), mask)
+        return values
+
+
+def _drop(data: TrainingInputBatch, rows: list[int], last_step: Sequence[bool] | None) -> None:
+    """Zero the loss mask of the estimator's ``rows`` (trajectories: every step of each,
+    with step-wise trajectories)."""
+    if last_step is not None:  # row k of the estimator is the k-th trajectory
+        ends = torch.tensor(list(last_step), dtype=torch.bool)
+        trajectory = torch.cat([torch.zeros(1, dtype=torch.long), ends[:-1].long()]).cumsum(0)
+        chosen = torch.isin(trajectory, torch.tensor(rows))
+    else:
+        chosen = torch.zeros(len(data["loss_mask"]), dtype=torch.bool)
+        chosen[rows] = True
+    mask = data["loss_mask"].clone()
+    mask[chosen] = 0
+    data["loss_mask"] = mask
+
+
+class MemoryCallback(TrainingCallback):  # type: ignore[misc]
+    """The run's memory beside each SkyRL checkpoint, and back on resume."""
+
+    def on_save(
+        self, trainer: Any, callback_input: CallbackInput, control: TrainingControl
+    ) -> None:
+        memory = getattr(trainer, "advbudget_memory", None)
+        if memory and callback_input.ckpt_path:
+            path = os.path.join(callback_input.ckpt_path, MEMORY_FILE)
+            with open(path, "w", encoding="utf-8") as file:
+                json.dump(memory.state_dict(), file)
+
+    def on_train_start(
+        self, trainer: Any, callback_input: CallbackInput, control: TrainingControl
+    ) -> None:
+        if trainer.global_step <= 0:  # a fresh run
+            return
+        config = trainer.cfg.trainer
+        folder = (
+            config.resume_path
+            if str(config.resume_mode) == "from_path"
+            else os.path.join(config.ckpt_path, f"global_step_{trainer.global_step}")
+        )
+        path = os.path.join(folder, MEMORY_FILE)
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as file:
+                memory = RunMemory.from_state_dict(json.load(file))
+            trainer.advbudget_memory = memory.with_ledger(trainer.advbudget_options.prompt_ledger)
+
+
+class AdvBudgetPPOExp(BasePPOExp):  # type: ignore[misc]
+    """SkyRL's experiment with :class:`AdvBudgetPPOTrainer` and the DAPO environment
+    (``environment.env_class=advbudget_dapo``) registered."""
+
+    def __init__(self, cfg: Any) -> None:
+        from . import rewards  # registers the DAPO environment in this process  # noqa: F401
+
+        super().__init__(cfg)
+
+    def get_trainer(
+        self,
+        cfg: Any,
+        tracker: Any,
+        tokenizer: Any,
+        train_dataset: Any,
+        eval_dataset: Any,
+        inference_engine_client: Any,
+        generator: Any,
+        colocate_pg: Any,
+    ) -> AdvBudgetPPOTrainer:
+        return AdvBudgetPPOTrainer(
+            cfg=cfg,
+            tracker=tracker,
+            tokenizer=tokenizer,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            inference_engine_client=inference_engine_client,
+            generator=generator,
+            colocate_pg=colocate_pg,
+        )
+
+
+@ray.remote(num_cpus=1)  # type: ignore[untyped-decorator, unused-ignore]
+def _entrypoint(cfg: Any, experiment: type[AdvBudgetPPOExp]) -> None:
+    experiment(cfg).run()  # in a Ray task, as SkyRL's own entry point runs its trainer
+
+
+def parse_config(argv: Sequence[str]) -> AdvBudgetConfig:
+    """:class:`AdvBudgetConfig` from SkyRL's ``key=value`` overrides (SkyRL's
+    ``trainer.override_entrypoint=...``, which dispatched here, left out)."""
+    args = [arg for arg in argv if not arg.startswith("trainer.override_entrypoint=")]
+    config: AdvBudgetConfig = AdvBudgetConfig.from_cli_overrides(args)
+    return config
+
+
+def main(
+    argv: Sequence[str] | None = None, experiment: type[AdvBudgetPPOExp] = AdvBudgetPPOExp
+) -> None:
+    """SkyRL's training with advbudget (see the module): ``argv`` are SkyRL's overrides
+    (default: the command line); ``experiment`` a subclass of :class:`AdvBudgetPPOExp`."""
+    cfg = parse_config(sys.argv[1:] if argv is None else argv)
+    check_run(cfg)
+    validate_cfg(cfg)
+    initialize_ray(cfg)
+    ray.get(_entrypoint.remote(cfg, experiment))

@@ -1,0 +1,223 @@
+"""The advbudget trainer's step around SkyRL's own ``RayPPOTrainer.compute_advantages_and_returns``
+(SkyRL's code runs; the trainer is built without its Ray workers): the same numbers as
+SkyRL's for a mirror, padding rows left out, step-wise trajectories, the metrics in SkyRL's
+logged dict, drop's loss mask, the ledger and memory, the config and its refusals."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("skyrl")
+
+import torch
+
+from advbudget import compute_advantages
+from advbudget.adapters._features import RunMemory
+from advbudget.adapters.skyrl._trainer import (
+    MEMORY_FILE,
+    AdvBudgetPPOTrainer,
+    MemoryCallback,
+    check_run,
+    parse_config,
+)
+from advbudget.metrics import advantage_metric_dict
+
+from .conftest import SKYRL_WARNINGS
+
+pytestmark = SKYRL_WARNINGS
+MIRRORED = [("grpo", "advbudget_grpo"), ("rloo", "advbudget_rloo")]
+REWARDS = [1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.5, 0.0, 1.0, 0.25]
+G = 4
+
+
+def _trainer(*overrides: str) -> Any:
+    from skyrl.train.trainer import RayPPOTrainer
+
+    cfg = parse_config(list(overrides))
+    trainer = AdvBudgetPPOTrainer.__new__(AdvBudgetPPOTrainer)
+    trainer.cfg = cfg
+    trainer.all_metrics = {}
+    trainer.start_advbudget()
+    assert isinstance(trainer, RayPPOTrainer)
+    return trainer
+
+
+def _batch(rewards: list[float], pad: int = 0, uids: list[str] | None = None) -> Any:
+    """SkyRL's training batch as its trainer hands it to the advantage step: per-token
+    rewards on the last token, masks, uids, then SkyRL's own padding of ``pad`` rows."""
+    from skyrl.backends.skyrl_train.training_batch import (
+        TrainingInputBatch,
+        pad_training_input_batch,
+    )
+
+    rows, length = len(rewards), 3
+    tokens = torch.zeros(rows, length)
+    tokens[:, -1] = torch.tensor(rewards)
+    mask = torch.ones(rows, length, dtype=torch.long)
+    batch = TrainingInputBatch(
+        {"rewards": tokens, "response_mask": mask, "loss_mask": mask.clone(), "values": None}
+    )
+    batch.metadata = {
+        "uids": uids or [str(row // G) for row in range(rows)],
+        "avg_response_length": float(length),
+        "response_length": length,
+    }
+    return pad_training_input_batch(batch, pad)
+
+
+def _advantages(trainer: Any, batch: Any) -> np.ndarray:
+    out = trainer.compute_advantages_and_returns(batch)
+    return np.asarray(out["advantages"][:, -1], dtype=np.float64)
+
+
+@pytest.mark.parametrize(("skyrl", "ours"), MIRRORED)
+@pytest.mark.parametrize("pad", [0, 3])
+def test_a_mirror_in_the_trainer_gives_skyrls_numbers(skyrl: str, ours: str, pad: int) -> None:
+    theirs = _trainer(f"trainer.algorithm.advantage_estimator={skyrl}")
+    mine = _trainer(f"trainer.algorithm.advantage_estimator={ours}")
+    expected = _advantages(theirs, _batch(REWARDS, pad))
+    got = _advantages(mine, _batch(REWARDS, pad))
+    real = len(REWARDS)
+    np.testing.assert_allclose(got[:real], expected[:real], rtol=0, atol=1e-6)
+    assert np.all(got[real:] == 0)  # padding: out of the groups (SkyRL scores it raw)
+    assert "advbudget/skipped_group_fraction" in mine.all_metrics
+    assert "advbudget/skipped_group_fraction" not in theirs.all_metrics
+    assert mine.all_metrics["loss/avg_raw_advantages"] == pytest.approx(
+        theirs.all_metrics["loss/avg_raw_advantages"], abs=1e-6
+    )
+
+
+def test_the_metrics_count_the_real_rows_only() -> None:
+    """Three padding rows (groups of one to SkyRL) are not three skipped groups."""
+    trainer = _trainer("trainer.algorithm.advantage_estimator=reward_budget")
+    got = _advantages(trainer, _batch(REWARDS, pad=3))
+    expected = compute_advantages(np.asarray(REWARDS), "budget", group_size=G)
+    np.testing.assert_allclose(got[: len(REWARDS)], np.asarray(expected.advantages), atol=1e-6)
+    metrics = advantage_metric_dict(expected, "advbudget/", solved_reward=1.0)
+    for key in ("advbudget/skipped_group_fraction", "advbudget/advantage_mean"):
+        assert trainer.all_metrics[key] == pytest.approx(metrics[key], abs=1e-9)
+    assert trainer.all_metrics["advbudget/skipped_group_fraction"] == pytest.approx(1 / 3)
+    assert trainer.all_metrics["advbudget/recurring_prompts"] == 0
+    _advantages(trainer, _batch(REWARDS, pad=3))  # the same prompts again: 3, no padding
+    assert trainer.all_metrics["advbudget/recurring_prompts"] == 3
+
+
+def test_drop_zeroes_the_loss_mask_of_skipped_groups() -> None:
+    trainer = _trainer(
+        "trainer.algorithm.advantage_estimator=reward_budget",
+        "trainer.algorithm.advbudget.skipped_groups=drop",
+    )
+    out = trainer.compute_advantages_and_returns(_batch(REWARDS, pad=1))
+    kept_rows = out["loss_mask"].sum(-1) > 0
+    assert kept_rows.tolist() == [True] * 4 + [False] * 4 + [True] * 4 + [False]
+    keep = _trainer("trainer.algorithm.advantage_estimator=reward_budget")
+    out = keep.compute_advantages_and_returns(_batch(REWARDS, pad=1))
+    assert (out["loss_mask"].sum(-1) > 0).tolist() == [True] * 12 + [False]
+
+
+def test_step_wise_trajectories_are_scored_once_and_dropped_whole() -> None:
+    """SkyRL scores each trajectory's last step and broadcasts to its steps; drop zeroes
+    every step of a skipped trajectory."""
+    from skyrl.backends.skyrl_train.training_batch import pad_training_input_batch
+
+    trainer = _trainer(
+        "trainer.algorithm.advantage_estimator=reward_budget",
+        "generator.step_wise_trajectories=true",
+        "trainer.algorithm.advbudget.skipped_groups=drop",
+    )
+    # 2 prompts x 2 trajectories; trajectory lengths 2, 1, 1, 2 steps (rows)
+    steps = [2, 1, 1, 2]
+    finals = [1.0, 0.0, 1.0, 1.0]  # prompt "1" ties: skipped, dropped
+    rewards, uids, last = [], [], []
+    for trajectory, (count, final) in enumerate(zip(steps, finals, strict=True)):
+        for step in range(count):
+            rewards.append(final if step == count - 1 else 0.3)
+            uids.append(str(trajectory // 2))
+            last.append(step == count - 1)
+    batch = _batch(rewards, uids=uids)
+    batch.metadata["is_last_step"] = last
+    batch = pad_training_input_batch(batch, 2)
+    out = trainer.compute_advantages_and_returns(batch)
+    advantages = out["advantages"][:, -1].tolist()
+    assert advantages[:3] == pytest.approx([0.5, 0.5, -0.5])  # budget 1, two trajectories
+    assert advantages[3:] == [0.0] * 5
+    assert (out["loss_mask"].sum(-1) > 0).tolist() == [True] * 3 + [False] * 3 + [False] * 2
+    assert trainer.all_metrics["advbudget/skipped_group_fraction"] == pytest.approx(0.5)
+
+
+def test_an_estimator_with_memory_remembers_each_prompt_by_uid(tmp_path: Any) -> None:
+    """spo keeps a per-prompt baseline across steps, keyed by SkyRL's uid; the callback
+    saves it beside the checkpoint and a resumed trainer reads it back."""
+    trainer = _trainer("trainer.algorithm.advantage_estimator=advbudget_spo")
+    first = _advantages(trainer, _batch(REWARDS, pad=2))
+    second = _advantages(trainer, _batch(REWARDS, pad=2))
+    assert not np.allclose(first, second)  # the baseline moved
+    state = trainer.advbudget_memory.estimator_state
+    assert state is not None
+    assert len(state) == 3
+
+    from skyrl.train.utils.callbacks import CallbackInput, TrainingControl
+
+    folder = tmp_path / "global_step_2"
+    folder.mkdir()
+    control = TrainingControl()
+    MemoryCallback().on_save(trainer, _input(ckpt_path=str(folder)), control)
+    saved = json.loads((folder / MEMORY_FILE).read_text(encoding="utf-8"))
+    assert RunMemory.from_state_dict(saved).estimator_state is not None
+
+    resumed = _trainer(
+        "trainer.algorithm.advantage_estimator=advbudget_spo", f"trainer.ckpt_path={tmp_path}"
+    )
+    resumed.global_step = 2
+    MemoryCallback().on_train_start(resumed, _input(), control)
+    third = _advantages(resumed, _batch(REWARDS, pad=2))
+    again = _advantages(trainer, _batch(REWARDS, pad=2))
+    np.testing.assert_allclose(third, again, atol=1e-6)
+    assert CallbackInput is not None
+
+
+def _input(**fields: Any) -> Any:
+    from skyrl.train.utils.callbacks import CallbackInput
+
+    return CallbackInput(global_step=0, epoch=0, total_steps=1, steps_per_epoch=1, **fields)
+
+
+def test_the_config_takes_the_advbudget_mapping() -> None:
+    cfg = parse_config(
+        [
+            "trainer.override_entrypoint=advbudget.adapters.skyrl",
+            "trainer.algorithm.advantage_estimator=reward_budget",
+            "trainer.algorithm.advbudget.budget=0.5",
+            "trainer.algorithm.advbudget.solved_reward=null",
+        ]
+    )
+    options = check_run(cfg)
+    assert dict(options.estimator_options) == {"budget": 0.5}
+    assert options.solved_reward is None
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["trainer.algorithm.advbudget.budjet=0.5"], "trainer.algorithm.advbudget.budjet: not an"),
+        (
+            ["trainer.algorithm.advbudget.skipped_groups=resample"],
+            "trainer.algorithm.advbudget.skipped_groups: 'resample' is not available",
+        ),
+        (
+            [
+                "trainer.algorithm.advantage_estimator=advbudget_spo",
+                "trainer.algorithm.advbudget.rho=kl",
+            ],
+            "trainer.algorithm.advbudget.rho: 'kl' is not available",
+        ),
+    ],
+)
+def test_a_run_it_cannot_honour_is_refused_before_ray(overrides: list[str], message: str) -> None:
+    with pytest.raises(ValueError, match="^" + message.replace(".", r"\.")) as refused:
+        check_run(parse_config(["trainer.algorithm.advantage_estimator=reward_budget", *overrides]))
+    assert "\n" not in str(refused.value)
