@@ -307,3 +307,12 @@ def test_each_trainer_suite_requires_what_its_environment_is_built_with(
         assert {framework, "advbudget_example_plugin"} <= set(required.group(1).split(","))
         assert f"ADVBUDGET_FRAMEWORK={framework} " in run, run
         assert " tests/adapters/contract " in run, run
+
+
+def test_make_test_builds_every_environment_first() -> None:
+    """``make test`` builds its environments together (``-j3 environments``), then runs the
+    suites; ``environments`` names every one of them."""
+    (line,) = [line for line in _recipe("test") if "-j3 environments" in line]
+    assert line.endswith("-j3 environments"), line
+    venvs = [line.split()[-1] for line in _recipe("environments") if " -m venv " in line]
+    assert sorted(venvs) == sorted(ENVIRONMENTS)

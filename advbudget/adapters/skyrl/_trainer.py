@@ -15,7 +15,17 @@ and registry sync, the trainer in a Ray task), with:
 - :class:`MemoryCallback`: the run's memory (ledger, estimator state) in each
   ``global_step_N`` checkpoint folder (:data:`MEMORY_FILE`), read back on resume.
 
-``skipped_groups=drop`` zeroes the loss mask of the rows it drops. SkyRL applies the loss
+``skipped_groups=resample`` takes SkyRL's dynamic-sampling hook: each generation round (a new
+batch of prompts from SkyRL's dataloader) is scored with the run's estimator, and the step
+trains on the first ``trainer.train_batch_size`` groups it keeps, in round order, after at
+most ``max_generation_batches`` rounds (then the skipped groups that fill the batch are
+dropped, with a warning). SkyRL's own ``dynamic_sampling.type=filter`` keeps groups whose
+rewards are not all equal (``np.std > 0``); ours keeps what the estimator does not skip (ties
+within its tolerance, NaN rewards under ``nan_policy=omit``), and stops at the cap instead of
+raising.
+
+``skipped_groups=drop`` (and the fillers of ``resample``) zeroes the loss mask of the rows it
+drops. SkyRL applies the loss
 reduction per mini-batch by rescaling advantages: ``token_mean`` (and ``token_mean_legacy``)
 divide by the mask's token count, so dropped rows leave the normaliser too: an exact drop;
 ``sequence_mean`` and ``prompt_mean`` divide by the mini-batch's row or prompt count, which
@@ -28,6 +38,7 @@ keeps the dropped ones (their loss is 0, the normaliser SkyRL's constant count),
 import json
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,11 +53,14 @@ from skyrl.backends.skyrl_train.training_batch import (
 )
 from skyrl.train.config import AlgorithmConfig, SkyRLTrainConfig, TrainerConfig
 from skyrl.train.entrypoints.main_base import BasePPOExp
+from skyrl.train.generators.utils import concatenate_generator_outputs
 from skyrl.train.trainer import RayPPOTrainer
 from skyrl.train.utils.callbacks import CallbackInput, TrainingCallback, TrainingControl
+from skyrl.train.utils.trainer_utils import filter_generator_output
 from skyrl.train.utils.utils import initialize_ray, validate_cfg
 
-from advbudget.core import get_spec, kappa_eff_of_pairs, sequence_logprobs
+from advbudget.core import compute_advantages, get_spec, kappa_eff_of_pairs, sequence_logprobs
+from advbudget.core._arrays import to_host
 from advbudget.metrics import kappa_metric_dict
 
 from .._features import (
@@ -59,18 +73,26 @@ from .._features import (
     group_prompts,
     kappa_due,
     kappa_rows,
+    kept_groups,
     lend_memory,
+    may_resample,
+    resample_plan,
+    resample_shortfall,
+    sampled_group_metrics,
     step_metrics,
     take_published,
     update_ledger,
 )
 from .._options import AdapterOptions
 from ._convention import SKYRL
-from ._estimators import padding_rows
+from ._estimators import core_settings, padding_rows
 from ._options import key_of, read_options
 
 #: The run's memory (the ledger, an estimator's state) in each ``global_step_N`` folder.
 MEMORY_FILE = "advbudget_memory.json"
+
+#: ``dynamic_sampling.type`` while ``skipped_groups=resample`` runs SkyRL's hook.
+RESAMPLE = "advbudget_resample"
 
 
 @dataclass
@@ -106,12 +128,24 @@ def check_run(cfg: Any) -> AdapterOptions:
         SKYRL.check_rewards(spec, name)
         check_memory(spec, options, key_of)
     if options.skipped_groups == "resample":
-        raise ValueError(
-            f"{key_of('skipped_groups')}: 'resample' is not available in SkyRL yet; SkyRL's "
-            "own trainer.algorithm.dynamic_sampling.type=filter samples again past groups "
-            "whose rewards all tie (DAPO); use 'drop' or 'keep'"
-        )
+        refused = _resample_refused(cfg, name)
+        if refused:
+            raise ValueError(f"{key_of('skipped_groups')}: 'resample' {refused}")
     return options
+
+
+def _resample_refused(cfg: Any, name: str) -> str:
+    """Why ``resample`` cannot run with this config ("" when it can)."""
+    if name not in SKYRL.names():
+        return f"decides with an advbudget estimator's skip rule; {name!r} is SkyRL's own"
+    if cfg.generator.step_wise_trajectories:
+        return "is not built for step-wise trajectories (one row per turn)"
+    if cfg.trainer.algorithm.dynamic_sampling.type not in (None, RESAMPLE):
+        return (
+            "and SkyRL's trainer.algorithm.dynamic_sampling.type="
+            f"{cfg.trainer.algorithm.dynamic_sampling.type} both generate again: choose one"
+        )
+    return ""
 
 
 class AdvBudgetPPOTrainer(RayPPOTrainer):  # type: ignore[misc]
@@ -126,6 +160,56 @@ class AdvBudgetPPOTrainer(RayPPOTrainer):  # type: ignore[misc]
         self.advbudget_options = check_run(self.cfg)
         self.advbudget_memory = RunMemory().with_ledger(self.advbudget_options.prompt_ledger)
         self.advbudget_step: Step | None = None
+        self.advbudget_rounds: list[tuple[Any, list[str], Step]] = []
+        if self.advbudget_options.skipped_groups == "resample":
+            # SkyRL calls its dynamic-sampling hook (ours, below) only when a type is set
+            self.cfg.trainer.algorithm.dynamic_sampling.type = RESAMPLE
+
+    def handle_dynamic_sampling(
+        self, generator_output: Any, uids: list[str]
+    ) -> tuple[Any, list[str], bool]:
+        if self.advbudget_options.skipped_groups != "resample":
+            return super().handle_dynamic_sampling(generator_output, uids)  # type: ignore[no-any-return]
+        self.advbudget_rounds.append(
+            (generator_output, list(uids), self._score(generator_output, uids))
+        )
+        rounds = self.advbudget_rounds
+        need = int(self.cfg.trainer.train_batch_size)
+        plan = resample_plan([kept_groups(step.result) for *_, step in rounds], need, need)
+        if may_resample(self.advbudget_options, len(rounds), plan.short):
+            return generator_output, uids, True  # SkyRL draws the next batch of prompts
+        if plan.short:
+            warnings.warn(
+                resample_shortfall(need - plan.short, need, len(rounds), self.advbudget_options),
+                UserWarning,
+                stacklevel=2,
+            )
+        pieces, chosen = [], []
+        for index, group in plan.picks:
+            output, round_uids, step = rounds[index]
+            rows = np.flatnonzero(to_host(step.result.group_index) == group).tolist()
+            if not rows:  # a filler past the end of a short round
+                continue
+            pieces.append(filter_generator_output(output, rows))
+            uid = round_uids[rows[0]]
+            if uid in chosen:  # the same prompt in two rounds (an epoch ended): two groups
+                uid = f"{uid}#{index}"
+            chosen.extend([uid] * len(rows))
+        self.all_metrics.update(sampled_group_metrics([step for *_, step in rounds]))
+        self.all_metrics[f"{SKYRL.metric_prefix}generation_rounds"] = float(len(rounds))
+        self.advbudget_rounds = []
+        return concatenate_generator_outputs(pieces), chosen, False
+
+    def _score(self, generator_output: Any, uids: list[str]) -> Step:
+        """One generation round scored by the run's estimator (its skip rule decides)."""
+        algorithm = self.cfg.trainer.algorithm
+        switch = {"grpo_norm_by_std": algorithm.grpo_norm_by_std}
+        core, settings = core_settings(algorithm.advantage_estimator, algorithm, switch)
+        rewards = [sum(r) if isinstance(r, list) else r for r in generator_output["rewards"]]
+        result = compute_advantages(
+            np.asarray(rewards, dtype=np.float64), core, group_ids=list(uids), **settings
+        )
+        return Step(result, self.advbudget_options, SKYRL.metric_prefix)
 
     def compute_advantages_and_returns(self, data: TrainingInputBatch) -> TrainingInputBatch:
         uids = list(data.metadata["uids"])

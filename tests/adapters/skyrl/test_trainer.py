@@ -205,10 +205,6 @@ def test_the_config_takes_the_advbudget_mapping() -> None:
     [
         (["trainer.algorithm.advbudget.budjet=0.5"], "trainer.algorithm.advbudget.budjet: not an"),
         (
-            ["trainer.algorithm.advbudget.skipped_groups=resample"],
-            "trainer.algorithm.advbudget.skipped_groups: 'resample' is not available",
-        ),
-        (
             [
                 "trainer.algorithm.advantage_estimator=advbudget_spo",
                 "trainer.algorithm.advbudget.rho=kl",
@@ -221,3 +217,77 @@ def test_a_run_it_cannot_honour_is_refused_before_ray(overrides: list[str], mess
     with pytest.raises(ValueError, match="^" + message.replace(".", r"\.")) as refused:
         check_run(parse_config(["trainer.algorithm.advantage_estimator=reward_budget", *overrides]))
     assert "\n" not in str(refused.value)
+
+
+def _generated(rewards: list[float], first_uid: int) -> tuple[dict[str, Any], list[str]]:
+    """A SkyRL ``GeneratorOutput`` of one generation round (G rows a prompt, uids counted
+    from ``first_uid``), as its generator returns it."""
+    rows = len(rewards)
+    output = {
+        "prompt_token_ids": [[1, 2]] * rows,
+        "response_ids": [[3, 4, 5]] * rows,
+        "rewards": list(rewards),
+        "loss_masks": [[1, 1, 1]] * rows,
+        "stop_reasons": ["stop"] * rows,
+        "rollout_logprobs": None,
+        "rollout_metrics": {},
+    }
+    return output, [str(first_uid + row // G) for row in range(rows)]
+
+
+def test_resample_trains_on_the_kept_groups_of_several_rounds() -> None:
+    """Two prompts a step: round 1 keeps one group, round 2 the other's place; the step
+    trains on the two kept groups, in round order, with the fractions of all four."""
+    trainer = _trainer(
+        "trainer.algorithm.advantage_estimator=reward_budget",
+        "trainer.algorithm.advbudget.skipped_groups=resample",
+        "trainer.train_batch_size=2",
+    )
+    assert trainer.cfg.trainer.algorithm.dynamic_sampling.type == "advbudget_resample"
+    first = _generated([1, 1, 1, 1, 1, 0, 0, 1], 0)  # prompt 0 dead, prompt 1 kept
+    assert trainer.handle_dynamic_sampling(*first)[2] is True  # one kept: sample again
+    second = _generated([0, 0, 1, 0, 0, 0, 0, 0], 2)  # prompt 2 kept, prompt 3 dead
+    output, uids, again = trainer.handle_dynamic_sampling(*second)
+    assert again is False
+    assert uids == ["1"] * 4 + ["2"] * 4
+    assert output["rewards"] == [1, 0, 0, 1, 0, 0, 1, 0]
+    assert trainer.all_metrics["advbudget/skipped_group_fraction"] == pytest.approx(0.5)
+    assert trainer.all_metrics["advbudget/generation_rounds"] == 2
+
+
+def test_resample_stops_at_the_cap_and_drops_the_fillers() -> None:
+    trainer = _trainer(
+        "trainer.algorithm.advantage_estimator=reward_budget",
+        "trainer.algorithm.advbudget.skipped_groups=resample",
+        "trainer.algorithm.advbudget.max_generation_batches=1",
+        "trainer.train_batch_size=2",
+    )
+    with pytest.warns(UserWarning, match="found 1 of 2 kept groups in 1 generation rounds"):
+        output, uids, again = trainer.handle_dynamic_sampling(
+            *_generated([1, 1, 1, 1, 1, 0, 0, 1], 0)
+        )
+    assert again is False
+    assert uids == ["1"] * 4 + ["0"] * 4  # the kept group first, then the filler
+    batch = _batch([float(r) for r in output["rewards"]], uids=uids)
+    out = trainer.compute_advantages_and_returns(batch)
+    assert (out["loss_mask"].sum(-1) > 0).tolist() == [True] * 4 + [False] * 4
+
+
+@pytest.mark.parametrize(
+    ("overrides", "reason"),
+    [
+        (["trainer.algorithm.dynamic_sampling.type=filter"], "both generate again"),
+        (["generator.step_wise_trajectories=true"], "step-wise trajectories"),
+        (["trainer.algorithm.advantage_estimator=grpo"], "'grpo' is SkyRL's own"),
+    ],
+)
+def test_resample_refuses_what_it_cannot_do(overrides: list[str], reason: str) -> None:
+    cfg = parse_config(
+        [
+            "trainer.algorithm.advantage_estimator=reward_budget",
+            "trainer.algorithm.advbudget.skipped_groups=resample",
+            *overrides,
+        ]
+    )
+    with pytest.raises(ValueError, match="skipped_groups: 'resample' .*" + reason):
+        check_run(cfg)
