@@ -20,7 +20,7 @@ ifneq ($(PYTHON_VERSION),$(LOCK_PYTHON))
   $(info Python $(PYTHON_VERSION): constraints/ are locked on $(LOCK_PYTHON); installing without them)
 endif
 
-.PHONY: test environments test-latest lock lock-latest demo bench lint typecheck clean test-core test-verl test-trl test-openrlhf test-tunix test-skyrl bench-verl bench-trl bench-openrlhf bench-tunix bench-rewards
+.PHONY: test environments test-latest lock lock-latest demo bench lint typecheck clean test-core test-verl test-trl test-openrlhf test-tunix test-skyrl bench-verl bench-skyrl bench-trl bench-openrlhf bench-tunix bench-rewards
 
 # $(call constrain,NAME): pip's option for the constraints of environment NAME (none when
 # CONSTRAINTS is empty); $(call constraints_file,NAME): the file, a prerequisite of its
@@ -267,6 +267,9 @@ else
 	  $(CONTRACT) advbudget/adapters/skyrl
 endif
 
+bench-skyrl: $(VENV_SKYRL)/.installed
+	$(VENV_SKYRL)/bin/python benchmarks/skyrl_adapter.py
+
 # make test's environments (its first step; after their definitions: prerequisites are
 # expanded as make reads them).
 environments: $(STAMP) $(VENV_VERL)/.installed $(VENV_TRL)/.installed \
@@ -303,6 +306,7 @@ bench: $(STAMP)
 	if [ -x $(VENV_TRL)/bin/python ]; then $(MAKE) bench-trl; fi
 	if [ -x $(VENV_OPENRLHF)/bin/python ]; then $(MAKE) bench-openrlhf; fi
 	if [ -x $(VENV_TUNIX)/bin/python ]; then $(MAKE) bench-tunix; fi
+	if [ -x $(VENV_SKYRL)/bin/python ]; then $(MAKE) bench-skyrl; fi
 	$(BIN)/python benchmarks/report.py
 
 clean:

@@ -1,6 +1,6 @@
 """advbudget: reward budgeting and the other group advantage estimators of RL for LLM
 reasoning, written once on the Array API (numpy, torch, jax) and plugged into verl, TRL,
-OpenRLHF and tunix.
+OpenRLHF, tunix and SkyRL.
 
 ``import advbudget`` imports no ML framework; arrays of any namespace go in, arrays of
 the same namespace and device come out.

@@ -28,6 +28,7 @@ SECTIONS = (
     ("trl", "the TRL adapter's step-time overhead", "make bench-trl"),
     ("openrlhf", "the OpenRLHF adapter against its advantage code", "make bench-openrlhf"),
     ("tunix", "the tunix adapter's estimators against tunix's own grpo", "make bench-tunix"),
+    ("skyrl", "the SkyRL adapter's estimators against SkyRL's own grpo", "make bench-skyrl"),
     ("kappa", "κ_eff's step-time overhead in TRL, before/after the core's pairs", "make bench-trl"),
     (
         "rewards_complexity",

@@ -1,4 +1,5 @@
-"""Training data for RL on math: DAPO-Math-17K in; verl, TRL, OpenRLHF and tunix files out.
+"""Training data for RL on math: DAPO-Math-17K in; verl, TRL, OpenRLHF, tunix and SkyRL files
+out.
 
 ``import advbudget.data`` is light: pyarrow and ``datasets`` are imported only by the
 functions that read or write files. The command line is ``advbudget data prepare``

@@ -240,15 +240,13 @@ class AdvBudgetPPOTrainer(RayPPOTrainer):  # type: ignore[misc]
         step = self.advbudget_step
         if step is None or self._step_wise or not kappa_due(step.options, self.global_step):
             return super().train_critic_and_policy(data)
-        pairs = kappa_rows(step)
-        rows = np.asarray(pairs.rows()).tolist()
+        pairs = kappa_rows(step)  # in the result's namespace: torch here
+        rows = to_host(pairs.rows()).tolist()
         before = self._sequence_logprobs(data, rows)
         status = super().train_critic_and_policy(data)
         after = self._sequence_logprobs(data, rows)
         values = (
-            kappa_eff_of_pairs(pairs, before, after, rows=np.asarray(rows))
-            if rows
-            else torch.zeros(0)
+            kappa_eff_of_pairs(pairs, before, after, rows=pairs.rows()) if rows else torch.zeros(0)
         )
         self.all_metrics.update(defined(kappa_metric_dict(values, prefix=SKYRL.metric_prefix)))
         return status

@@ -1,0 +1,265 @@
+"""SkyRL 0.4.0's real training loop on CPU, end to end, through advbudget's entry point.
+
+Each run is ``CPU_LOOP=1 bash examples/skyrl_qwen3.sh`` (the script's own overrides, then the
+CPU ones of ``cpu_loop/cpu_overrides.py``): ``python -m skyrl_cpu_loop`` calls
+``advbudget.adapters.skyrl.main`` with the harness's experiment, so SkyRL's config
+validation, its Ray start-up and registry sync, the trainer in a Ray task, FSDP2 policy and
+reference workers over gloo (KL loss on), the skyrl-gym generator, the weight sync after every
+update and the checkpoints all run; what needs a GPU is replaced (``cpu_loop/``: CUDA calls,
+vLLM, the nccl weight transfer). Asserted from what SkyRL logs (its console tracker's ``Step
+N:`` payload, as the trainer's Ray task prints it), from the checkpoints, and from a probe
+file the harness writes (``ADVBUDGET_CPU_LOOP_PROBE``: each call of advbudget's core
+estimator with its process id, each state dict the rollout engine loads with its SHA-1).
+
+Two runs (about 45 s each on 2 shared cores), on the same 2 prompts every step: ``reward_budget``
+for 2 steps with a checkpoint after each, then the ``advbudget_grpo`` mirror resumed from the
+step-2 checkpoint for step 3. κ_eff every step (the script's CPU default). The reward is the
+parity of a CRC-32 of the response (``skyrl_cpu_loop.ParityEnv``): a tiny random model fails
+every DAPO problem, which would make every group tie (skipped: no advantages, no κ_eff).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("skyrl")
+pytest.importorskip("ray")
+
+from .conftest import SKYRL_WARNINGS
+
+pytestmark = [pytest.mark.slow, SKYRL_WARNINGS]
+
+SCRIPT = Path(__file__).resolve().parents[3] / "examples" / "skyrl_qwen3.sh"
+TIMEOUT_S = 360  # one run; about 45 s measured on a shared 2-core machine
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# Ray's prefix of a line its worker printed (log_to_driver, utils.py:1232).
+WORKER_LINE = re.compile(r"^\((\w+) pid=(\d+)\) ?(.*)$")
+# SkyRL's console tracker (tracking.py:189): "Step N: " then the pformat of the payload.
+STEP_HEADER = re.compile(r"tracking:log:\d+ - Step (\d+):\s*$")
+# advbudget's per-step metrics (besides κ_eff and the ledger's).
+ADVANTAGE_METRICS = {
+    "advbudget/advantage_mean",
+    "advbudget/advantage_std",
+    "advbudget/advantage_min",
+    "advbudget/advantage_max",
+    "advbudget/advantage_gap_mean",
+    "advbudget/positive_advantage_fraction",
+    "advbudget/skipped_group_fraction",
+    "advbudget/unsolved_group_fraction",
+    "advbudget/solved_group_fraction",
+    "advbudget/valid_fraction",
+    "advbudget/nan_reward_fraction",
+    "advbudget/recurring_prompts",
+}
+KAPPA_METRICS = {
+    f"advbudget/kappa_eff/{s}" for s in ("count", "mean", "median", "std", "min", "max")
+}
+MEMORY_FILE = "advbudget_memory.json"  # advbudget.adapters.skyrl._trainer.MEMORY_FILE
+
+
+@dataclasses.dataclass
+class Run:
+    """One run of the example: its output, SkyRL's logged payload per step, the probe."""
+
+    log: str
+    returncode: int
+    driver_pid: int  # the script execs the entry point: its pid is the driver's
+    steps: dict[int, dict[str, Any]]
+    trainer_pids: set[int]  # the processes that logged the steps
+    estimator_calls: list[tuple[int, str]]  # (pid, core estimator name), one per call
+    weights: list[tuple[int, str]]  # (version, sha1), in the order the engine loaded them
+
+    def tail(self, lines: int = 80) -> str:
+        return "\n".join(self.log.splitlines()[-lines:])
+
+
+# Ray gives its raylet 30 s to start (ray/_private/node.py, not configurable); on a loaded
+# machine it may not, before SkyRL has even started: that run is tried once more.
+RAY_START_FAILURE = "The current node timed out during startup"
+
+
+def run_example(cpu_dir: Path, **env: str) -> Run:
+    run = _run_example(cpu_dir, **env)
+    if run.returncode != 0 and RAY_START_FAILURE in run.log:
+        print("Ray did not start in 30 s, trying again")
+        run = _run_example(cpu_dir, **env)
+    return run
+
+
+def _run_example(cpu_dir: Path, **env: str) -> Run:
+    probe = cpu_dir / f"probe-{len(list(cpu_dir.glob('probe-*')))}.txt"
+    ray_tmp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths
+    environ = {k: v for k, v in os.environ.items() if k not in ("WANDB_API_KEY", "RAY_ADDRESS")}
+    environ.update(
+        CPU_LOOP="1",
+        CPU_DIR=str(cpu_dir),
+        PYTHON=sys.executable,
+        ADVBUDGET_CPU_LOOP_PROBE=str(probe),
+        RAY_TMPDIR=ray_tmp,
+    )
+    environ.update(env)
+    # A session of its own: the whole group (Ray's processes too) can be killed at the end.
+    process = subprocess.Popen(
+        ["bash", str(SCRIPT), f"trainer.log_path={cpu_dir / 'logs'}"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, encoding="utf-8",
+        errors="replace", env=environ, cwd=cpu_dir, start_new_session=True,
+    )  # fmt: skip
+    try:
+        log, _ = process.communicate(timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        log, _ = process.communicate()
+        log += f"\n[test_loop] killed after {TIMEOUT_S} s"
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # whatever of the run is still alive
+            os.killpg(process.pid, signal.SIGKILL)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    return parse_run(ANSI.sub("", log), process.returncode, process.pid, probe)
+
+
+def parse_run(log: str, returncode: int, driver_pid: int, probe: Path) -> Run:
+    steps: dict[int, dict[str, Any]] = {}
+    trainer_pids = set()
+    open_step: tuple[int, str, list[str]] | None = None  # (step, pid, payload lines)
+    for line in log.splitlines():
+        match = WORKER_LINE.match(line)
+        if not match:
+            continue
+        pid, text = match[2], match[3]
+        header = STEP_HEADER.search(text)
+        if header:
+            open_step = (int(header[1]), pid, [])
+            trainer_pids.add(int(pid))
+        elif open_step and pid == open_step[1] and text[:1] in ("{", " "):
+            open_step[2].append(text)
+            if text.rstrip().endswith("}"):
+                payload = ast.literal_eval("\n".join(open_step[2]))
+                steps[open_step[0]] = {key: _number(value) for key, value in payload.items()}
+                open_step = None
+    records = [line.split() for line in probe.read_text().splitlines()] if probe.exists() else []
+    calls = [(int(f[1]), f[2]) for f in records if f[0] == "estimator"]
+    weights = [(int(f[1]), f[2]) for f in records if f[0] == "weights"]
+    return Run(log, returncode, driver_pid, steps, trainer_pids, calls, weights)
+
+
+def _number(value: Any) -> Any:
+    """The console tracker writes floats as '%.4f' strings (tracking.py:197)."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+def checked(run: Run) -> Run:
+    if run.returncode != 0:
+        pytest.fail(f"the CPU loop failed (exit {run.returncode}):\n{run.tail()}")
+    return run
+
+
+@pytest.fixture(scope="module")
+def cpu_dir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="advbudget-skyrl-loop-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def budget_run(cpu_dir: Path) -> Run:
+    """reward_budget, steps 1-2, a checkpoint after each."""
+    return checked(run_example(cpu_dir, BUDGET="1", TOTAL_STEPS="2"))
+
+
+@pytest.fixture(scope="module")
+def resumed_run(cpu_dir: Path, budget_run: Run) -> Run:
+    """The advbudget_grpo mirror, resumed from the step-2 checkpoint (SkyRL's default
+    resume_mode=latest, the same ckpt_path) for step 3."""
+    return checked(run_example(cpu_dir, BUDGET="0", TOTAL_STEPS="3"))
+
+
+RUNS = {
+    "budget": ("budget_run", [1, 2], "budget"),
+    "resumed_mirror": ("resumed_run", [3], "grpo"),
+}
+
+
+@pytest.fixture(params=list(RUNS))
+def case(request: pytest.FixtureRequest) -> tuple[Run, list[int], str]:
+    fixture, steps, estimator = RUNS[request.param]
+    return request.getfixturevalue(fixture), steps, estimator
+
+
+def test_every_step_runs_our_estimator_inside_the_trainer_task(case: Any) -> None:
+    run, steps, estimator = case
+    assert sorted(run.steps) == steps, run.tail()
+    (trainer,) = run.trainer_pids  # SkyRL's tracker logs from the trainer's Ray task
+    assert trainer != run.driver_pid
+    # One call of advbudget's core per step, in that task (not the driver, not a worker).
+    assert run.estimator_calls == [(trainer, estimator)] * len(steps), run.tail()
+
+
+def test_every_advbudget_metric_every_step(case: Any) -> None:
+    run, steps, _ = case
+    for step in steps:
+        logged = run.steps[step]
+        assert set(logged) >= ADVANTAGE_METRICS, (step, sorted(logged))
+        ours = {key: value for key, value in logged.items() if key.startswith("advbudget/")}
+        assert all(math.isfinite(value) for value in ours.values()), (step, ours)
+        assert logged["advbudget/skipped_group_fraction"] < 1.0  # rewards vary in groups
+        assert logged["loss/avg_raw_advantages_abs"] > 0  # SkyRL trained on our advantages
+        assert "policy/grad_norm" in logged  # the update ran
+        assert "policy/policy_kl" in logged  # against the reference (use_kl_loss=true)
+
+
+def test_kappa_eff_after_every_update(case: Any) -> None:
+    run, steps, _ = case
+    for step in steps:
+        logged = run.steps[step]
+        assert set(logged) >= KAPPA_METRICS, (step, sorted(logged))
+        assert logged["advbudget/kappa_eff/count"] > 0, step
+        assert all(math.isfinite(logged[key]) for key in KAPPA_METRICS), step
+
+
+def test_policy_changes_and_the_engine_receives_it(case: Any) -> None:
+    run, steps, _ = case
+    # Version 0: the sync before the first step (the checkpoint's weights when resumed),
+    # then one after every update.
+    versions = [version for version, _ in run.weights]
+    assert versions == list(range(len(steps) + 1)), run.weights
+    assert len({sha for _, sha in run.weights}) == len(steps) + 1, run.weights
+
+
+def test_checkpoints_keep_the_ledger_and_the_resumed_run_reads_it(
+    cpu_dir: Path, budget_run: Run, resumed_run: Run
+) -> None:
+    ckpt = cpu_dir / "run" / "ckpt"
+    for step in (1, 2, 3):
+        memory = json.loads((ckpt / f"global_step_{step}" / MEMORY_FILE).read_text())
+        assert len(memory["prompt_ledger"]["keys"]) == 2, (step, memory)  # the 2 prompts
+    # The resumed run started from the step-2 policy: the engine got it first.
+    assert resumed_run.weights[0][1] == budget_run.weights[-1][1]
+    # Both prompts come back every step: recurring from step 2 on, and still at step 3 only
+    # because the resumed run read steps 1-2 back from the checkpoint (a fresh ledger: 0).
+    recurring = {
+        step: run.steps[step]["advbudget/recurring_prompts"]
+        for run in (budget_run, resumed_run)
+        for step in run.steps
+    }
+    assert recurring == {1: 0.0, 2: 2.0, 3: 2.0}
