@@ -25,12 +25,11 @@ within its tolerance, NaN rewards under ``nan_policy=omit``), and stops at the c
 raising.
 
 ``skipped_groups=drop`` (and the fillers of ``resample``) zeroes the loss mask of the rows it
-drops. SkyRL applies the loss
-reduction per mini-batch by rescaling advantages: ``token_mean`` (and ``token_mean_legacy``)
-divide by the mask's token count, so dropped rows leave the normaliser too: an exact drop;
-``sequence_mean`` and ``prompt_mean`` divide by the mini-batch's row or prompt count, which
-keeps the dropped ones (their loss is 0, the normaliser SkyRL's constant count), and
-``seq_mean_token_sum_norm`` divides by a constant by design.
+drops. SkyRL applies the loss reduction per mini-batch by rescaling advantages: ``token_mean``
+divides by the mask's token count, so the dropped rows leave the normaliser too (the loss of
+the kept rows alone); ``sequence_mean``, ``prompt_mean`` and ``seq_mean_token_sum_norm``
+divide by a row or prompt count that keeps them (the kept rows' loss times kept / all;
+tests/adapters/skyrl/test_drop_loss.py).
 """
 
 # No `from __future__ import annotations`: SkyRL builds its config from the dataclass fields'
