@@ -245,6 +245,8 @@ SKYRL_TRAIN := ray==2.57.0 loguru tqdm ninja tensorboard func_timeout hydra-core
   accelerate torchdata omegaconf peft==0.18.1 debugpy==1.8.0 hf_transfer wandb "datasets>=4.0.0" \
   tensordict jaxtyping skyrl-gym polars s3fs "s5cmd>=0.3.3" gcsfs fastapi "orjson>=3.11.9" \
   "pybase64>=1.4.2" uvicorn vllm-router pybind11 setuptools
+# SkyRL's hydra pins antlr 4.9 (as verl's omegaconf): math-verify with that antlr.
+SKYRL_MATH_VERIFY := math-verify[antlr4_9_3]>=0.7
 REQUIRE_SKYRL := ADVBUDGET_FRAMEWORK=skyrl \
   ADVBUDGET_REQUIRE=skyrl,skyrl_gym,ray,torch,advbudget_example_plugin
 $(VENV_SKYRL)/.installed: pyproject.toml $(PLUGIN)/pyproject.toml $(call constraints_file,skyrl)
@@ -253,8 +255,8 @@ $(VENV_SKYRL)/.installed: pyproject.toml $(PLUGIN)/pyproject.toml $(call constra
 	$(VENV_SKYRL)/bin/python -m pip install --quiet "$(TORCH_PIN)" $(SKYRL_PINS)
 	$(VENV_SKYRL)/bin/python -m pip install --quiet skyrl==0.4.0 "$(TORCH_PIN)" $(SKYRL_TRAIN) \
 	  $(SKYRL_PINS)
-	$(VENV_SKYRL)/bin/python -m pip install --quiet -e ".[data,rewards]" pytest hypothesis \
-	  $(SKYRL_PINS)
+	$(VENV_SKYRL)/bin/python -m pip install --quiet -e ".[data]" "$(SKYRL_MATH_VERIFY)" pytest \
+	  hypothesis $(SKYRL_PINS)
 	$(VENV_SKYRL)/bin/python -m pip install --quiet --no-deps ./$(PLUGIN)
 	touch $@
 
