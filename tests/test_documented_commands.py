@@ -198,6 +198,56 @@ RULES: list[tuple[str, Run | Covered]] = [
         ),
     ),
     (
+        r"CPU_LOOP=1 (\w+=\S+ )*bash examples/skyrl_qwen3\.sh",
+        Covered(
+            "tests/adapters/skyrl/test_loop.py::test_every_step_runs_our_estimator_inside_the_trainer_task",
+            "in the SkyRL environment: the script's CPU mode, SkyRL's real loop",
+        ),
+    ),
+    (
+        r"bash examples/skyrl_qwen3\.sh --print",
+        Covered(
+            "tests/test_examples_protocol.py::test_shared_settings_agree_with_the_protocol",
+            "the printed command, read against the protocol table",
+        ),
+    ),
+    (
+        r"(\w+=\S+ )*bash examples/skyrl_qwen3\.sh",
+        Covered(
+            "tests/adapters/skyrl/test_example.py::test_every_command_passes_skyrls_validation",
+            "GPUs; every switch through SkyRL's config and validate_cfg",
+        ),
+    ),
+    (
+        r"python3\.12 -m venv \.venv-skyrl",
+        Covered(
+            "tests/test_makefile.py::test_skyrl_takes_torch_from_its_pin_first",
+            "make test-skyrl builds .venv-skyrl on a Python 3.12",
+        ),
+    ),
+    (
+        r"\.venv-skyrl/bin/pip install .*",
+        Covered(
+            "tests/test_install_lines.py::test_every_extra_named_exists",
+            "the extra exists; make test-skyrl installs its CPU part",
+        ),
+    ),
+    (
+        r"python -m advbudget\.adapters\.skyrl .*",
+        Covered(
+            "tests/adapters/skyrl/test_loop.py::test_every_step_runs_our_estimator_inside_the_trainer_task",
+            "GPUs; the entry point's main() runs SkyRL's real loop in the CPU mode",
+        ),
+    ),
+    (
+        r"python -m skyrl\.train\.entrypoints\.main_base "
+        r"trainer\.override_entrypoint=advbudget\.adapters\.skyrl .*",
+        Covered(
+            "tests/adapters/skyrl/test_example.py::test_skyrls_own_entry_point_dispatches_to_ours",
+            "SkyRL's main_base reaches the adapter's config and checks (GPUs for the rest)",
+        ),
+    ),
+    (
         r"ray start .*",
         Covered(
             "tests/adapters/openrlhf/test_example.py::test_print_shows_ray_job_submit_with_hook",

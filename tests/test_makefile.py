@@ -70,7 +70,7 @@ def test_skyrl_takes_torch_from_its_pin_first() -> None:
 
 def test_without_python_312_make_test_skips_skyrl_in_one_line() -> None:
     out = subprocess.run(
-        ["make", "-s", "-C", str(ROOT), "test-skyrl", "PYTHON_SKYRL="],
+        ["make", "-s", "--no-print-directory", "-C", str(ROOT), "test-skyrl", "PYTHON_SKYRL="],
         capture_output=True,
         text=True,
         check=True,

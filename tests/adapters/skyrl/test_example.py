@@ -69,3 +69,26 @@ def test_an_unknown_baseline_is_refused() -> None:
     )
     assert out.returncode == 2
     assert "BASELINE: expected grpo, dr_grpo, gspo, dapo, dapo_clipcov or dapo_klcov" in out.stderr
+
+
+def test_skyrls_own_entry_point_dispatches_to_ours() -> None:
+    """``python -m skyrl.train.entrypoints.main_base trainer.override_entrypoint=
+    advbudget.adapters.skyrl ...``: SkyRL's main hands the command line to the adapter's
+    main, whose config knows ``trainer.algorithm.advbudget`` (SkyRL's would refuse the key)
+    and whose checks refuse a bad option in one line before Ray starts."""
+    out = subprocess.run(
+        [
+            sys.executable, "-m", "skyrl.train.entrypoints.main_base",
+            "trainer.override_entrypoint=advbudget.adapters.skyrl",
+            "trainer.algorithm.advantage_estimator=reward_budget",
+            "trainer.algorithm.advbudget.skipped_groups=skip",
+        ],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert out.returncode != 0
+    last = out.stderr.strip().splitlines()[-1]
+    assert last == (
+        "ValueError: trainer.algorithm.advbudget.skipped_groups: expected one of keep, drop, "
+        "resample, got 'skip'"
+    ), out.stderr[-2000:]
+    assert "Invalid fields" not in out.stderr  # not SkyRL's own config

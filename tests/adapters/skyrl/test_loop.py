@@ -5,11 +5,31 @@ CPU ones of ``cpu_loop/cpu_overrides.py``): ``python -m skyrl_cpu_loop`` calls
 ``advbudget.adapters.skyrl.main`` with the harness's experiment, so SkyRL's config
 validation, its Ray start-up and registry sync, the trainer in a Ray task, FSDP2 policy and
 reference workers over gloo (KL loss on), the skyrl-gym generator, the weight sync after every
-update and the checkpoints all run; what needs a GPU is replaced (``cpu_loop/``: CUDA calls,
-vLLM, the nccl weight transfer). Asserted from what SkyRL logs (its console tracker's ``Step
-N:`` payload, as the trainer's Ray task prints it), from the checkpoints, and from a probe
-file the harness writes (``ADVBUDGET_CPU_LOOP_PROBE``: each call of advbudget's core
+update and the checkpoints all run. Asserted from what SkyRL logs (its console tracker's
+``Step N:`` payload, as the trainer's Ray task prints it), from the checkpoints, and from a
+probe file the harness writes (``ADVBUDGET_CPU_LOOP_PROBE``: each call of advbudget's core
 estimator with its process id, each state dict the rollout engine loads with its SHA-1).
+
+The harness (``cpu_loop/``, on PYTHONPATH; ``skyrl/`` file:line of 0.4.0) replaces what needs
+a GPU, and nothing else:
+
+- ``flash_attn/``: an import stub (``workers/model_wrapper.py:13`` imports it at module level;
+  its functions serve ``remove_microbatch_padding``, off: ``model_wrapper.py:154``);
+- ``sitecustomize.py``, in every process: gloo for ``cpu:gloo,cuda:nccl``
+  (``workers/worker.py:124-125``), device meshes on cpu (``worker.py:134``,
+  ``distributed/fsdp_utils.py:256``), ``Tensor.cuda`` returning the tensor
+  (``fsdp_utils.py:125``), ``torch.cuda`` device calls as no-ops or ``"cpu"``
+  (``fsdp_strategy.py:102-146``, ``worker.py:1090``), fake GPUs and CPU slots for Ray
+  (``train/utils/utils.py:1232``; workers ask 1 GPU each, ``worker.py:841-845``);
+- ``skyrl_cpu_loop``: the vLLM servers and router (``train/entrypoints/main_base.py:210-240``)
+  become a Ray actor sampling with transformers behind an ``InferenceEngineInterface``; the
+  vLLM weight-transfer engine (``weight_sync/weight_senders.py:27``, built at
+  ``worker.py:493``) a policy worker that sends its full state dict to that actor; the
+  dataset's 8 filter processes (``main_base.py:78-83``) one;
+- ``cpu_overrides.py``: no colocation (CUDA sleep and offload; sharing a fake GPU with the
+  reference offloads the idle model, ``worker.py:427`` divides by ``device_count()``), no
+  flash-attention, no vLLM Prometheus scraping (``train/utils/vllm_metrics_scraper.py``), no
+  GPU monitor, no evaluation or export; a 2-prompt dataset.
 
 Two runs (about 45 s each on 2 shared cores), on the same 2 prompts every step: ``reward_budget``
 for 2 steps with a checkpoint after each, then the ``advbudget_grpo`` mirror resumed from the
@@ -115,17 +135,20 @@ def _run_example(cpu_dir: Path, **env: str) -> Run:
     )
     environ.update(env)
     # A session of its own: the whole group (Ray's processes too) can be killed at the end.
+    # Bytes: text mode would read tqdm's "\r" as a line break, and the rest of that line (a
+    # log line of the trainer's, "Step N:" among them) would lose Ray's "(name pid=N)" prefix.
     process = subprocess.Popen(
         ["bash", str(SCRIPT), f"trainer.log_path={cpu_dir / 'logs'}"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, encoding="utf-8",
-        errors="replace", env=environ, cwd=cpu_dir, start_new_session=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=environ, cwd=cpu_dir,
+        start_new_session=True,
     )  # fmt: skip
     try:
-        log, _ = process.communicate(timeout=TIMEOUT_S)
+        output, _ = process.communicate(timeout=TIMEOUT_S)
+        log = output.decode("utf-8", errors="replace")
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
-        log, _ = process.communicate()
-        log += f"\n[test_loop] killed after {TIMEOUT_S} s"
+        output, _ = process.communicate()
+        log = output.decode("utf-8", errors="replace") + f"\n[test_loop] killed after {TIMEOUT_S} s"
     finally:
         with contextlib.suppress(ProcessLookupError):  # whatever of the run is still alive
             os.killpg(process.pid, signal.SIGKILL)
@@ -137,7 +160,7 @@ def parse_run(log: str, returncode: int, driver_pid: int, probe: Path) -> Run:
     steps: dict[int, dict[str, Any]] = {}
     trainer_pids = set()
     open_step: tuple[int, str, list[str]] | None = None  # (step, pid, payload lines)
-    for line in log.splitlines():
+    for line in log.split("\n"):  # not splitlines(): "\r" does not end a line here
         match = WORKER_LINE.match(line)
         if not match:
             continue

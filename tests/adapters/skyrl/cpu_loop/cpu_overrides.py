@@ -16,7 +16,7 @@ Only what a CPU needs, and what makes the tiny run test something:
 - lr 1e-3 (the tiny model moves), a checkpoint every step;
 - ``epochs = TOTAL_STEPS + 1`` with SkyRL's ``max_training_steps`` (the script's
   ``TOTAL_STEPS``) ending the run: resumed at the end of an epoch, SkyRL restores the
-  dataloader exhausted and spends the next epoch on nothing (``trainer.py:304,322``), so a
+  dataloader exhausted and spends the next epoch on nothing (``trainer.py:284,315,322``), so a
   resumed run needs one epoch more than its steps.
 """
 

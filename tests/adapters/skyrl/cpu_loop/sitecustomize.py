@@ -59,11 +59,11 @@ def _patch_torch(torch: Any) -> None:
 
 
 def _patch_ray(ray: Any) -> None:
-    # utils.py:1232 starts Ray with the machine's resources: none of the GPUs the policy
-    # and ref workers ask for (1 GPU and 1 CPU each, worker.py:841-845, with
-    # colocate_policy_ref=false), and on 2 cores not the CPUs for them and the trainer's
-    # task (1, main_base.py:338). Logical slots only; a local cluster of its own (never
-    # another Ray on the machine), no dashboard (a process and seconds of CPU for nothing).
+    # utils.py:1232 starts Ray with the machine's resources: no GPU for the policy and ref
+    # workers (1 GPU and 1 CPU each with colocate_policy_ref=false, worker.py:841-845), and
+    # on 2 cores no CPU for them beside the trainer's Ray task (1 CPU, as main_base.py:338).
+    # Logical slots only. A local cluster of its own (never another Ray on the machine), no
+    # dashboard (a process and seconds of CPU for nothing).
     init = ray.init
 
     def cpu_init(*args: Any, **kwargs: Any) -> Any:

@@ -10,7 +10,7 @@ a GPU (``../sitecustomize.py`` patches the rest in every process):
 - the weight sync (vLLM's transfer engine over nccl, ``weight_sync/weight_senders.py:27-28``,
   built at ``workers/worker.py:493``): :class:`CpuPolicyWorker` sends the policy's full state
   dict to that actor after every update;
-- the dataset's 8 filter processes (``main_base.py:78``): one, in this process.
+- the dataset's 8 filter processes (``main_base.py:78-83``): one, in this process.
 
 The reward comes from :class:`ParityEnv` (``environment.env_class=advbudget_parity``): a
 tiny random model fails every DAPO problem, so every group would tie and be skipped.
@@ -58,7 +58,6 @@ if ENV_CLASS not in registry:  # each process that imports this module (driver, 
     register(id=ENV_CLASS, entry_point=f"{__name__}:ParityEnv")
 
 
-@ray.remote(num_cpus=0)
 class InferenceServer:
     """The rollout engine: the policy's weights as last synced, sampled token by token with a
     KV cache; the response's log-probs as vLLM reports them (``logprobs=1``)."""
@@ -209,7 +208,7 @@ class CpuLoopExp(AdvBudgetPPOExp):  # type: ignore[misc]
     """advbudget's experiment with the replacements of the module docstring."""
 
     def __init__(self, cfg: Any) -> None:
-        # main_base.py:281 imports PolicyWorker from this module when it builds the trainer.
+        # main_base.py:262-267 imports PolicyWorker from this module when it builds the trainer.
         fsdp_worker.PolicyWorker = ray.remote(num_gpus=1)(CpuPolicyWorker)
         super().__init__(cfg)
 
@@ -223,7 +222,8 @@ class CpuLoopExp(AdvBudgetPPOExp):  # type: ignore[misc]
 
     def get_inference_client(self) -> CpuInferenceClient:
         path = self.cfg.trainer.policy.model.path
-        server = InferenceServer.remote(path, self.cfg.trainer.seed)
+        # An actor of the trainer's task (it dies with it); no CPU slot: it idles between steps.
+        server = ray.remote(num_cpus=0)(InferenceServer).remote(path, self.cfg.trainer.seed)
         return CpuInferenceClient(server, path)
 
 
