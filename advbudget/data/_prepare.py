@@ -307,8 +307,7 @@ def prepare(
     ``<output_dir>/openrlhf/{train,val}.jsonl``, ``<output_dir>/tunix/{train,val}.jsonl`` and
     ``<output_dir>/skyrl/{train,val}.jsonl`` (no ``val`` file without a validation set); see
     :func:`write_verl`, :func:`write_trl`, :func:`write_openrlhf`, :func:`write_tunix` and
-    :func:`write_skyrl`. Options are
-    checked before anything is read.
+    :func:`write_skyrl`. Options are checked before anything is read.
 
     Args:
         output_dir: the folder to write into.

@@ -44,7 +44,7 @@ from advbudget.core import (
 from .._features import lent_keywords, publish
 from ._convention import SKYRL
 from ._hooks import estimator_registry, forget_estimator, registered_estimator
-from ._options import key_of, read_options
+from ._options import read_options
 
 SkyrlEstimator = Callable[..., tuple[Any, Any]]
 
@@ -168,18 +168,22 @@ def core_settings(
     return core, SKYRL.settings(core, overrides)
 
 
-def _inputs(name: str, spec: EstimatorSpec, response_mask: Any) -> dict[str, Any]:
-    out = {}
+def check_inputs(name: str, spec: EstimatorSpec) -> None:
+    """Refuse, in one line, an estimator that needs an input SkyRL does not pass (anything
+    but the response lengths, which the mask gives)."""
     for declared in spec.inputs:
-        if declared.name == "response_lengths":
-            out[declared.name] = response_mask.sum(-1)
-        elif declared.required:
+        if declared.required and declared.name != "response_lengths":
             raise ValueError(
-                f"{key_of('estimator')}: {name} needs {declared.name} ({declared.doc}), "
-                "which SkyRL does not hand an estimator (it passes the rewards, the response "
-                "mask and the prompt uids)"
+                f"trainer.algorithm.advantage_estimator: {name} needs {declared.name} "
+                f"({declared.doc}), which SkyRL does not hand an estimator (it passes the "
+                "rewards, the response mask and the prompt uids)"
             )
-    return out
+
+
+def _inputs(name: str, spec: EstimatorSpec, response_mask: Any) -> dict[str, Any]:
+    check_inputs(name, spec)
+    wanted = {declared.name for declared in spec.inputs}
+    return {"response_lengths": response_mask.sum(-1)} if "response_lengths" in wanted else {}
 
 
 def compute_result(

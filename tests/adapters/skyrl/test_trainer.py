@@ -205,6 +205,14 @@ def test_the_config_takes_the_advbudget_mapping() -> None:
     [
         (["trainer.algorithm.advbudget.budjet=0.5"], "trainer.algorithm.advbudget.budjet: not an"),
         (
+            ["trainer.algorithm.advantage_estimator=advbudget_gigpo"],
+            "trainer.algorithm.advantage_estimator: advbudget_gigpo needs anchor_ids",
+        ),
+        (
+            ["trainer.algorithm.advantage_estimator=advbudget_gdpo"],
+            "estimator: advbudget_gdpo takes reward components",
+        ),
+        (
             [
                 "trainer.algorithm.advantage_estimator=advbudget_spo",
                 "trainer.algorithm.advbudget.rho=kl",
