@@ -35,10 +35,40 @@ ADAPTER_OPTIONS = {
 FILE_SUFFIXES = (".py", ".md", ".json", ".jsonl", ".yaml", ".parquet")
 
 
+def _without_skyrl(text: str) -> str:
+    """The page less SkyRL's parts, whose keys (``trainer.algorithm.advbudget.*``, ...)
+    share verl's roots: its ``## SkyRL`` sections, its paragraphs and table rows (those that
+    start with "SkyRL"), and its table columns (the SkyRL guide has its own test)."""
+    kept, skipping = [], False
+    for block in re.split(r"\n\s*\n", text):
+        columns: set[int] = set()  # a table is one block
+        if block.startswith("## "):
+            skipping = block.startswith("## SkyRL")
+        if skipping or block.startswith("SkyRL"):
+            continue
+        lines = []
+        for line in block.splitlines():
+            cells = line.split("|")
+            if (
+                line.startswith("|")
+                and "SkyRL" in line
+                and any("SkyRL" in cell and "`" not in cell for cell in cells[:2])
+            ):
+                continue  # a SkyRL row
+            if line.startswith("| setting") or line.startswith("| baseline"):
+                columns = {i for i, cell in enumerate(cells) if "SkyRL" in cell}
+            if line.startswith("|") and columns:
+                cells = [cell for i, cell in enumerate(cells) if i not in columns]
+                line = "|".join(cells)
+            lines.append(line)
+        kept.append("\n".join(lines))
+    return "\n\n".join(kept)
+
+
 def _named_keys() -> dict[str, set[str]]:
     named: dict[str, set[str]] = {}
     for page in PAGES:
-        for plus, key in KEY.findall(page.read_text(encoding="utf-8")):
+        for plus, key in KEY.findall(_without_skyrl(page.read_text(encoding="utf-8"))):
             if key.endswith(FILE_SUFFIXES):
                 continue
             named.setdefault(plus + key, set()).add(str(page.relative_to(ROOT)))
