@@ -316,3 +316,14 @@ def test_make_test_builds_every_environment_first() -> None:
     assert line.endswith("-j3 environments"), line
     venvs = [line.split()[-1] for line in _recipe("environments") if " -m venv " in line]
     assert sorted(venvs) == sorted(ENVIRONMENTS)
+
+
+def test_make_test_runs_the_core_suite_then_every_trainer_suite_two_at_a_time() -> None:
+    """The core suite first (it fails fast and uses both cores), then the trainer suites
+    side by side, each one's output whole: every ``test-<trainer>`` target, once."""
+    makes = [line.split() for line in _recipe("test") if line.startswith("make ")]
+    assert makes[1] == ["make", "lint", "typecheck", "test-core"], makes
+    assert makes[2][:3] == ["make", "-j2", "--output-sync=target"], makes
+    targets = re.findall(r"^(test-[a-z]+):", (ROOT / "Makefile").read_text(), re.MULTILINE)
+    trainers = {t for t in targets if t not in ("test-core", "test-latest")}
+    assert sorted(makes[2][3:]) == sorted(trainers), makes[2]
