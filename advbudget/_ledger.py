@@ -9,14 +9,13 @@ unsolved or other than solved: a 64-bit key and one small int, so memory is O(pr
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .checks import int_at_least
 from .core._arrays import as_array, to_host
+from .core._state import prompt_key
 
 __all__ = ["LEDGER_KEYS", "PromptLedger", "prompt_key"]
 
@@ -29,35 +28,6 @@ _SEEN_MASK = 0b0011
 _NOT_UNSOLVED = 0b0100
 _NOT_SOLVED = 0b1000
 _STATE_VERSION = 1
-
-
-def prompt_key(prompt: Any) -> int:
-    """A stable 63-bit identity of a prompt: an int is taken as it is (a dataset index);
-    a string, or any JSON value (a chat's list of messages), is hashed with BLAKE2b, in
-    time linear in its length, the same in every process and every run (unlike ``hash``).
-
-    Examples:
-        >>> from advbudget.metrics import prompt_key
-        >>> prompt_key(17), prompt_key("What is 1+1?") == prompt_key("What is 1+1?")
-        (17, True)
-    """
-    if isinstance(prompt, bool):
-        raise TypeError("prompt: expected an int index, a string or a JSON value, got a bool")
-    if isinstance(prompt, int):
-        return prompt
-    if isinstance(prompt, bytes):
-        data = prompt
-    elif isinstance(prompt, str):
-        data = prompt.encode("utf-8", "surrogatepass")
-    else:
-        try:
-            data = json.dumps(prompt, sort_keys=True, ensure_ascii=False).encode("utf-8")
-        except TypeError as error:
-            raise TypeError(
-                f"prompt: expected an int index, a string or a JSON value, got "
-                f"{type(prompt).__name__} ({error})"
-            ) from None
-    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little") >> 1
 
 
 class PromptLedger:

@@ -1,9 +1,11 @@
 """One float64 reference per estimator of the catalogue, in one table.
 
 Each is a slow, obvious Python loop over the groups, written from the formula (SPEC.md,
-the paper, or the framework's code), sharing nothing with ``advbudget.core`` but the
-catalogue's option defaults. ``tests/test_conformance.py`` runs every catalogue entry
+the paper, or the framework's code), sharing nothing with ``advbudget.core``: not even
+the option defaults, which :data:`DEFAULTS` writes out by hand, so a default changed in the
+catalogue fails the battery. ``tests/test_conformance.py`` runs every catalogue entry
 against its reference on every layout and backend; an estimator without one fails there.
+This is the tests' one oracle of advantages.
 """
 
 from __future__ import annotations
@@ -17,6 +19,35 @@ from typing import Any
 import numpy as np
 
 from advbudget import get_spec
+
+#: Each estimator's options and their defaults (SPEC.md; a mirror's are its framework's
+#: constants), as the reference takes them when a call does not set them.
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "budget": {"budget": 1.0},
+    "grpo": {"eps": 1e-6, "std_correction": 1},
+    "dr": {},
+    "rloo": {},
+    "maxrl": {"eps": 1e-6},
+    "dgpo": {"eps": 1e-4, "temperature": 2.0, "dqw": True},
+    "opo": {},
+    "grpo_passk": {"norm_adv_by_std": True, "eps": 1e-6, "std_correction": 1},
+    "passk": {"k": 4, "eps": 1e-6, "norm_by_std": True},
+    "gpg": {"f_norm": 1.0},
+    "reinforce_plus_plus_baseline": {
+        "std_correction": 1, "var_eps": 1e-8, "var_floor": 0.0, "std_norm": True,
+    },
+    "reinforce_baseline": {
+        "std_correction": 0, "var_eps": 0.0, "var_floor": 1e-8, "std_norm": True,
+    },
+    "reinforce": {"std_correction": 0, "var_eps": 0.0, "var_floor": 1e-8, "std_norm": True},
+    "grpo_batch_std": {"eps": 1e-4, "std_correction": 1},
+    "rloo_normalized": {"eps": 1e-4, "std_correction": 1},
+    "gdpo": {"eps": 1e-6, "std_correction": 1, "weights": None, "var_eps": 1e-8, "std_eps": 0.0},
+    "remax": {},
+    "spo": {"rho": 0.875, "prior": (0.5, 0.5), "eps": 1e-8},
+    "rae": {"decay": 0.95},
+    "gigpo": {"gamma": 1.0, "omega": 1.0, "mode": "mean_norm", "eps": 1e-6},
+}  # fmt: skip
 
 
 @dataclass
@@ -370,15 +401,17 @@ def reference(
     trajectory_ids: list[Any] | None = None,
     **given: Any,
 ) -> np.ndarray:
-    """The float64 advantages of estimator ``name``: its options default to the
-    catalogue's, its extra inputs (``response_lengths=``, ...) are given as arrays (labels
+    """The float64 advantages of estimator ``name``: its options default to
+    :data:`DEFAULTS`, its extra inputs (``response_lengths=``, ...) are given as arrays (labels
     as they are). A stateful estimator reads and updates ``memory`` (prompt -> its
     values), keyed by ``prompt_ids``; an estimator of turns reads ``trajectory_ids`` (one
     per row, ``labels`` being the rows' prompts)."""
     spec = get_spec(name)
     if spec.name not in REFERENCES:
         raise KeyError(f"no float64 reference for estimator {spec.name!r} in tests/references.py")
-    options = {o.name: given.pop(o.name, o.default) for o in spec.options}
+    options = {
+        option: given.pop(option, default) for option, default in DEFAULTS[spec.name].items()
+    }
     inputs = {i.name: np.asarray(given.pop(i.name)) for i in spec.inputs if i.name in given}
     inputs = {k: v.astype(np.float64) if v.dtype.kind in "biuf" else v for k, v in inputs.items()}
     if given:

@@ -22,9 +22,9 @@ from advbudget import (
     register_estimator,
     unregister_estimator,
 )
+from advbudget.adapters import CONVENTIONS, get_convention
 from advbudget.checks import positive_finite
 from advbudget.cli._estimators_page import estimators_markdown
-from advbudget.core import CONVENTIONS, get_convention
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,6 +72,8 @@ def test_a_spec_with_inputs_and_aliases():
     res = compute_advantages(rewards, "sdr", group_size=2, lengths=lengths, scale=0.5)
     np.testing.assert_allclose(res.advantages, [0.5, -1.0, 0.0, 0.0])
     assert res.estimator == "scaled_dr"
+    assert get_spec("scaled_dr").required_inputs == ("lengths",)
+    assert get_spec("reinforce").required_inputs == ()  # response_lengths: optional there
     with pytest.raises(ValueError, match=r"lengths: the scaled_dr estimator needs a length"):
         compute_advantages(rewards, "scaled_dr", group_size=2)
     with pytest.raises(ValueError, match=r"lengths: expected one value per rollout, shape \(4,\)"):

@@ -17,7 +17,7 @@ from advbudget import EstimatorState, compute_advantages, estimator_names, get_s
 from advbudget.core.estimators import BUILTINS
 from advbudget.testing import assert_close, to_numpy
 
-from .references import REFERENCES, reference
+from .references import DEFAULTS, REFERENCES, reference
 
 SEED = int(os.environ.get("ADVBUDGET_TEST_SEED", "0"))
 LAYOUTS = ("contiguous", "permuted", "segmented", "padded")
@@ -28,6 +28,13 @@ NAMES = [spec.name for spec in BUILTINS if not spec.turns]
 def test_every_estimator_has_a_reference() -> None:
     missing = [name for name in estimator_names() if name not in REFERENCES]
     assert not missing, f"add a float64 reference to tests/references.py for {missing}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_catalogue_keeps_the_documented_defaults(name: str) -> None:
+    """A default changed in the catalogue is a change of every user's numbers: it fails
+    here, beside the battery (whose reference reads the hand-written table, not the spec)."""
+    assert {o.name: o.default for o in get_spec(name).options} == DEFAULTS[name]
 
 
 # Estimators defined on part of the rewards only (passk: binary; maxrl: a positive group
@@ -134,6 +141,8 @@ def test_matches_its_reference(xp: Any, name: str, layout: str) -> None:
                 for idx, kept in zip(_members(labels), updated, strict=True):
                     valid[idx] = kept
                 assert to_numpy(result.valid).tolist() == valid.tolist()
+            else:  # "never": every rollout with a reward is updated, a group of one too
+                assert to_numpy(result.valid).all(), to_numpy(result.valid)
 
 
 def _check_memory(

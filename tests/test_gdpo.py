@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from advbudget import compute_advantages, make_groups
-from advbudget.core import get_convention
+from advbudget.adapters import get_convention
 from advbudget.testing import assert_close, to_numpy
 
 # Two groups of two rollouts, two components: rows are rollouts, columns components.

@@ -206,6 +206,22 @@ def test_sequence_logprobs_and_advantages(xp: Any) -> None:
         sequence_logprobs(logp, mask[:, :2])
 
 
+def test_kappa_eff_by_hand_from_token_log_probs(xp: Any) -> None:
+    """The chain every trainer runs: token log-probs before and after an update, their
+    sequence sums, the pairs, κ_eff. Group a's winner goes -5 -> -4.5 and its loser -4 ->
+    -4.5 (κ_eff 1); group b's winner -3 -> -1, its loser unchanged (κ_eff 2)."""
+    old = xp.asarray([[-2.0, -3.0], [-1.0, -3.0], [-3.0, 7.0], [-6.0, 7.0]], dtype=xp.float64)
+    new = xp.asarray([[-1.5, -3.0], [-1.5, -3.0], [-1.0, 9.0], [-6.0, 9.0]], dtype=xp.float64)
+    mask = xp.asarray([[1, 1], [1, 1], [1, 0], [1, 0]])
+    advantages = xp.asarray([0.5, -0.5, 0.5, -0.5], dtype=xp.float64)
+    pairs = kappa_pairs(advantages, group_ids=["a", "a", "b", "b"])
+    values = kappa_eff_of_pairs(pairs, sequence_logprobs(old, mask), sequence_logprobs(new, mask))
+    assert_close(values, [1.0, 2.0], xp=xp)
+    metrics = kappa_metric_dict(values)
+    assert metrics["advbudget/kappa_eff/mean"] == pytest.approx(1.5)
+    assert metrics["advbudget/kappa_eff/count"] == 2.0
+
+
 def test_kappa_metric_dict() -> None:
     stats = kappa_metric_dict(np.array([1.0, 3.0]), prefix="x/")
     assert list(stats) == [

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from advbudget import compute_advantages, get_spec
-from advbudget.core import get_convention
+from advbudget.adapters import get_convention
 from advbudget.theory import binary_advantages, implied_slope
 
 from .conftest import assert_close, to_numpy

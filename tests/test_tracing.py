@@ -24,7 +24,7 @@ from advbudget import (
 )
 from advbudget.core._groups import Permuted
 
-from .conftest import reference_advantages
+from .references import reference
 
 REWARDS = [1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 0.5, 0.0, 0.25, 1.0]
 FUNCTIONS = {
@@ -45,7 +45,7 @@ def test_jax_jit_with_default_x32(estimator):
         rewards = jnp.asarray(REWARDS)
         out = compiled(rewards, group_size=4)
         assert out.dtype == jnp.float32
-        expected = reference_advantages(REWARDS, np.arange(12) // 4, estimator)
+        expected = reference(estimator, REWARDS, np.arange(12) // 4)
         np.testing.assert_allclose(np.asarray(out), expected, rtol=1e-5, atol=1e-6)
         # Eager call agrees with the compiled one; int rewards take the default float.
         np.testing.assert_allclose(
@@ -70,7 +70,7 @@ def test_jax_jit_traces_inside_a_larger_function():
         return -jnp.sum(advantages * logits)
 
     grad = jax.grad(loss)(jnp.ones(12), jnp.asarray(REWARDS))
-    expected = -reference_advantages(REWARDS, np.arange(12) // 4, "budget")
+    expected = -reference("budget", REWARDS, np.arange(12) // 4)
     np.testing.assert_allclose(np.asarray(grad), expected, atol=1e-6)
 
 
@@ -87,9 +87,7 @@ def test_jit_labels_need_a_static_number_of_groups():
 
     labels = np.array([2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1])
     out = shuffled(jnp.asarray(REWARDS), jnp.asarray(labels))
-    np.testing.assert_allclose(
-        np.asarray(out), reference_advantages(REWARDS, labels, "budget"), atol=1e-6
-    )
+    np.testing.assert_allclose(np.asarray(out), reference("budget", REWARDS, labels), atol=1e-6)
 
 
 @pytest.mark.slow
@@ -104,7 +102,7 @@ def test_torch_compile_fullgraph():
     rewards = torch.tensor(REWARDS)
     outputs = compiled(rewards)
     for estimator, out in zip(FUNCTIONS, outputs, strict=True):
-        expected = reference_advantages(REWARDS, np.arange(12) // 4, estimator)
+        expected = reference(estimator, REWARDS, np.arange(12) // 4)
         np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-6)
 
 
@@ -125,7 +123,7 @@ def test_torch_compile_reuses_shuffled_groups():
 
     compiled = torch.compile(advantages_and_index, fullgraph=True, backend="eager")
     out, index = compiled(rewards)
-    expected = reference_advantages(REWARDS, labels, "budget")
+    expected = reference("budget", REWARDS, labels)
     np.testing.assert_allclose(out.numpy(), expected, atol=1e-12)
     np.testing.assert_array_equal(index.numpy(), labels)
     np.testing.assert_array_equal(groups.group_index().numpy(), labels)  # eager again
@@ -138,7 +136,7 @@ def test_torch_compile_inductor_budget():
     pytest.importorskip("torch._inductor")
     compiled = torch.compile(lambda r: budget_advantage(r, group_size=4), fullgraph=True)
     out = compiled(torch.tensor(REWARDS))
-    expected = reference_advantages(REWARDS, np.arange(12) // 4, "budget")
+    expected = reference("budget", REWARDS, np.arange(12) // 4)
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-6)
     with pytest.raises(RuntimeError, match="rewards: expected finite numbers, got NaN"):
         compiled(torch.tensor(_nan_at(3), dtype=torch.float32))
@@ -265,7 +263,7 @@ def test_jit_raises_on_nan_rewards_when_run():
     # The same step runs on finite rewards (the check is in the compiled function).
     np.testing.assert_allclose(
         np.asarray(step(jnp.asarray(REWARDS))),
-        reference_advantages(REWARDS, np.arange(N) // G, "budget"),
+        reference("budget", REWARDS, np.arange(N) // G),
         atol=1e-6,
     )
     # The check does not stand in the way of gradients with respect to the rewards.

@@ -23,12 +23,16 @@ from advbudget.core import (
     AdvantageResult,
     EstimatorSpec,
     EstimatorState,
-    KappaPairs,
-    kappa_pairs,
     spo_rho,
 )
 from advbudget.core._arrays import to_host
-from advbudget.metrics import advantage_metric_dict, advantage_metrics, group_outcomes
+from advbudget.metrics import (
+    KappaPairs,
+    advantage_metric_dict,
+    advantage_metrics,
+    group_outcomes,
+    kappa_pairs,
+)
 
 from ._options import AdapterOptions
 

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from advbudget.core import Convention, EstimatorSpec
+from advbudget.adapters import Convention
+from advbudget.core import EstimatorSpec
 from advbudget.core._weights import GroupWeight, parse_group_weight
 from advbudget.metrics import DEFAULT_SOLVED_REWARD, check_solved_reward
 
@@ -206,7 +207,7 @@ class AdapterOptions:
         framework cannot resample or measure ``rho="kl"`` (then that value is refused).
 
         Examples:
-            >>> from advbudget.core import get_convention
+            >>> from advbudget.adapters import get_convention
             >>> given = {"budget": 0.5, "skipped_groups": "Drop", "kappa_every": "0"}
             >>> read = lambda name: given.get(name, UNSET)
             >>> options = AdapterOptions.parse(read, get_convention("verl"),

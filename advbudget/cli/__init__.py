@@ -83,7 +83,7 @@ def estimators(
     ] = False,
 ) -> None:
     """List every estimator of the catalogue (plugins included) and its names in each trainer."""
-    from ..core import CONVENTIONS
+    from ..adapters import CONVENTIONS
     from ._estimators_page import estimators_markdown
 
     if markdown:

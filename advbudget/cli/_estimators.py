@@ -52,7 +52,7 @@ def parse_estimators(
                     f"{name} takes several rewards per rollout (reward components); {rewards_only}",
                     param_hint=option,
                 )
-            needs = [i.name for i in get_spec(name).inputs if i.required]
+            needs = list(get_spec(name).required_inputs)
             if needs:
                 raise typer.BadParameter(
                     f"{name} needs per-rollout inputs ({', '.join(needs)}) beside the "

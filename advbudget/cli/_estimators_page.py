@@ -4,7 +4,8 @@ page cannot drift from the code (a test compares them)."""
 
 from __future__ import annotations
 
-from ..core import CONVENTIONS, EstimatorSpec
+from ..adapters import CONVENTIONS
+from ..core import EstimatorSpec
 from ..core._weights import GROUP_WEIGHTS, logistic_weight
 from ..core.estimators import BUILTINS
 

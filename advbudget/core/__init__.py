@@ -1,11 +1,13 @@
 """The framework-agnostic core: estimators on the Python Array API standard.
 
-Data flow, one module per step: ``_labels`` (group ids to dense codes) and ``_groups``
-(who belongs to which prompt: contiguous, permuted, segmented or padded) -> ``_stats``
-(``GroupedRewards``: group statistics and the building blocks of estimators) ->
-``estimators/`` (one unit per estimator family: each function beside its spec, and the
-registry) -> ``_compute`` (checks and orchestration) -> ``_result``; per-framework
-conventions in ``_conventions``; the public functions in ``_advantages``; κ in ``_kappa``. Argument
+Data flow, one module per step: ``_labels`` (``make_groups``: group ids to dense codes and a
+layout) and ``_groups`` (who belongs to which prompt: contiguous, permuted, segmented or
+padded) -> ``_stats`` (``GroupedRewards``: group statistics, ties, and the building blocks
+of estimators) -> ``estimators/`` (one unit per estimator family: each function beside its
+spec, and the registry) -> ``_compute`` (checks and orchestration; the finiteness checks in
+``_finite``) -> ``_result``; the public functions in ``_advantages``; κ in ``_kappa`` (public in
+:mod:`advbudget.metrics`).
+Each framework's conventions live with its adapter (:mod:`advbudget.adapters`). Argument
 checks come from :mod:`advbudget.checks`, shared with the rest of the library.
 """
 
@@ -15,19 +17,13 @@ from ._advantages import (
     group_normalized_advantage,
     rloo_advantage,
 )
-from ._compute import DEFAULT_TIE_ATOL, DEFAULT_TIE_RTOL, compute_advantages, make_groups
-from ._conventions import CONVENTIONS, Convention, get_convention
-from ._groups import Groups
-from ._kappa import (
-    KappaPairs,
-    kappa_eff_of_pairs,
-    kappa_pairs,
-    sequence_advantages,
-    sequence_logprobs,
-)
+from ._compute import compute_advantages
+from ._finite import NanPolicy
+from ._groups import GroupMethod, Groups
+from ._labels import make_groups
 from ._result import AdvantageResult
 from ._state import EstimatorState, Tracker
-from ._stats import GroupedRewards
+from ._stats import DEFAULT_TIE_ATOL, DEFAULT_TIE_RTOL, GroupedRewards, Singletons
 from ._tokens import reward_to_go, token_advantages, whiten_tokens
 from ._trajectories import Trajectories, turn_returns
 from .estimators import (
@@ -48,20 +44,20 @@ from .estimators import (
 from .estimators.stateful import spo_rho
 
 __all__ = [
-    "CONVENTIONS",
     "DEFAULT_TIE_ATOL",
     "DEFAULT_TIE_RTOL",
     "AdvantageResult",
-    "Convention",
     "Estimator",
     "EstimatorSpec",
     "EstimatorState",
+    "GroupMethod",
     "GroupedRewards",
     "Groups",
     "Input",
-    "KappaPairs",
+    "NanPolicy",
     "Option",
     "Rule",
+    "Singletons",
     "Tracker",
     "Trajectories",
     "budget_advantage",
@@ -70,19 +66,14 @@ __all__ = [
     "estimator_names",
     "estimator_spec",
     "estimator_specs",
-    "get_convention",
     "get_estimator",
     "get_spec",
     "group_normalized_advantage",
-    "kappa_eff_of_pairs",
-    "kappa_pairs",
     "make_groups",
     "on_register",
     "register_estimator",
     "reward_to_go",
     "rloo_advantage",
-    "sequence_advantages",
-    "sequence_logprobs",
     "spo_rho",
     "token_advantages",
     "turn_returns",

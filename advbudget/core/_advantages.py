@@ -10,9 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from ._arrays import Array
-from ._compute import DEFAULT_TIE_ATOL, DEFAULT_TIE_RTOL, NanPolicy, compute_advantages
+from ._compute import compute_advantages
+from ._finite import NanPolicy
 from ._groups import Groups
-from ._stats import Singletons
+from ._stats import DEFAULT_TIE_ATOL, DEFAULT_TIE_RTOL, Singletons
 
 
 def budget_advantage(

@@ -10,31 +10,27 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import sys
 import warnings
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from .. import checks
 from ._arrays import Array, as_array, backend, compute_dtype, device_of, is_traced, to_host
 from ._components import has_components, reward_columns
-from ._groups import Contiguous, GroupMethod, Groups
+from ._finite import NanPolicy, check_finite, check_finite_traced
+from ._groups import Contiguous, Groups
 from ._labels import _factorize_host, build_groups
 from ._result import AdvantageResult
 from ._staleness import StaleRequest, StaleRule, stale_request
 from ._state import EstimatorState, start_call
-from ._stats import GroupedRewards, Singletons, group_rewards
+from ._stats import DEFAULT_TIE_ATOL, DEFAULT_TIE_RTOL, GroupedRewards, Singletons, group_rewards
 from ._trajectories import TurnRows, split_rows
+from ._warnings import caller_stacklevel
 from ._weights import parse_group_weight, weigh
 from .estimators import Estimator, EstimatorSpec, as_spec, estimator_specs
-
-NanPolicy = Literal["raise", "omit"]
-
-DEFAULT_TIE_RTOL = 1e-6
-DEFAULT_TIE_ATOL = 1e-6
 
 
 def compute_advantages(
@@ -445,7 +441,7 @@ def _components_checked(
     columns = []
     for value, name in zip(values, names, strict=True):
         value = xp.astype(value, dtype) if value.dtype != dtype else value
-        columns.append(_check_finite(xp, value, nan_policy, name))
+        columns.append(check_finite(xp, value, nan_policy, name))
     # NaN components count 0 in the sum (TRL's nansum); all NaN: the rollout has none.
     total = functools.reduce(
         lambda a, b: a + b, [v if p is None else xp.where(p, v, 0) for v, p in columns]
@@ -487,17 +483,8 @@ def _warn_if_every_group_is_one_rollout(groups: Groups, given: str, spec: Estima
         f"(group_size >= 2){raw}, or use an estimator that does not compare within groups "
         "(reinforce, remax)",
         UserWarning,
-        stacklevel=_caller_stacklevel(),
+        stacklevel=caller_stacklevel(),
     )
-
-
-def _caller_stacklevel() -> int:
-    """The ``stacklevel`` that points a warning at the first frame outside the core (the
-    caller of ``compute_advantages`` or of an estimator function)."""
-    frame, level = sys._getframe(1), 1
-    while frame is not None and frame.f_globals.get("__name__", "").startswith(__package__):
-        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
-    return level
 
 
 def _input_rows(
@@ -534,74 +521,11 @@ def _input_rows(
         dtype = grouped.rewards.dtype
         array = xp.astype(array, dtype) if array.dtype != dtype else array
         if is_traced(array):
-            array = _check_finite_traced(xp, array, declared.name, omit_nan=False)[0]
+            array = check_finite_traced(xp, array, declared.name, omit_nan=False)[0]
         elif not bool(xp.all(xp.isfinite(array))):
             raise ValueError(f"{declared.name}: expected finite numbers, got NaN or inf")
         out[declared.name] = groups.rows(array)
     return out
-
-
-def make_groups(
-    rewards: Any,
-    *,
-    group_size: int | None = None,
-    group_ids: Any = None,
-    num_groups: int | None = None,
-    method: GroupMethod = "auto",
-    positions: Any = None,
-) -> Groups:
-    """Group the rollouts of ``rewards`` once, to reuse across estimators and metrics.
-
-    ``rewards`` is ``[N]``, or reward components (``[N, K]`` or a mapping name -> ``[N]``)
-    for an estimator that takes them: the groups are then those of the N rollouts.
-
-    Grouping by labels costs time (per million rollouts on one CPU core: ~4 ms for
-    shuffled int ids, ~30 ms for string uids laid out as verl does, each prompt's
-    rollouts adjacent, ~0.5 s for shuffled strings, which are hashed one by one); pass
-    the result as ``groups=`` to every later call on the same batch. With
-    ``num_groups=M`` the labels are taken as codes ``0..M-1`` as they are (no
-    factorisation): this works inside ``jax.jit`` with a static M. Labels that are not
-    adjacent runs of one size go to the backend's scatter ops (numpy, torch, jax); in a
-    namespace without them, groups of one size take the ``Permuted`` layout (a sort for
-    the slots, one gather, then reshapes) and others the padded one. ``method`` forces a
-    layout for labels: ``"segment"``, ``"padded"`` (pure Array API) or ``"permuted"``;
-    ``group_size=G, positions=slots`` declares a ``Permuted`` layout directly: rollout
-    ``k`` is member ``slots[k] % G`` of group ``slots[k] // G`` (OpenRLHF's
-    ``experience.index``).
-
-    Examples:
-        >>> import numpy as np
-        >>> from advbudget import make_groups, budget_advantage, dr_advantage
-        >>> rewards = np.array([0.0, 1.0, 1.0, 1.0, 0.0])
-        >>> groups = make_groups(rewards, group_ids=["q1", "q2", "q1", "q2", "q2"])
-        >>> groups
-        Segmented(num_rollouts=5, num_groups=2)
-        >>> budget_advantage(rewards, groups=groups).round(4)
-        array([-0.5   ,  0.1667,  0.5   ,  0.1667, -0.3333])
-        >>> make_groups(rewards[:4], group_size=2, positions=[0, 2, 1, 3])
-        Permuted(num_rollouts=4, group_size=2)
-    """
-    if isinstance(rewards, Mapping):  # reward components by name: any one has the rollouts
-        rewards = next(iter(rewards.values()), [])
-    rewards, xp = as_array(rewards, "rewards")
-    if rewards.ndim == 2 and rewards.shape[1]:  # reward components, [N, K]: a row each
-        rewards = rewards[:, 0]
-    if rewards.ndim != 1 or rewards.shape[0] == 0:
-        raise ValueError(
-            "rewards: expected a non-empty 1-D array with one reward per rollout (or [N, K] "
-            f"reward components), got shape {tuple(rewards.shape)}"
-        )
-    return build_groups(
-        int(rewards.shape[0]),
-        group_size=group_size,
-        group_ids=group_ids,
-        xp=xp,
-        device=device_of(rewards),
-        like=rewards,
-        method=method,
-        num_groups=num_groups,
-        positions=positions,
-    )
 
 
 def group_checked(
@@ -643,7 +567,7 @@ def group_checked(
     dtype = compute_dtype(xp, rewards.dtype, device, "rewards")
     if rewards.dtype != dtype:
         rewards = xp.astype(rewards, dtype)
-    rewards, present = _check_finite(xp, rewards, nan_policy, "rewards")
+    rewards, present = check_finite(xp, rewards, nan_policy, "rewards")
 
     if groups is None:
         groups = build_groups(
@@ -675,106 +599,6 @@ def group_checked(
     if stale is None:
         return grouped
     return dataclasses.replace(grouped, staleness=stale, dropped=dropped)
-
-
-_OMIT_HINT = "pass nan_policy='omit' to leave unscored rollouts out of their group"
-
-
-def _check_finite(
-    xp: Any, rewards: Array, nan_policy: NanPolicy, name: str
-) -> tuple[Array, Array | None]:
-    """The rewards, and None if all are finite or the mask of non-NaN ones under "omit"."""
-    if is_traced(rewards):
-        return _check_finite_traced(xp, rewards, name, omit_nan=nan_policy == "omit")
-    # One reduction and one sync in the common case: a finite sum means every reward is
-    # finite (a NaN or inf anywhere makes the sum NaN or inf; overflow only sends us to
-    # the exact check below).
-    if bool(xp.isfinite(xp.sum(rewards))):
-        return rewards, None
-    finite = xp.isfinite(rewards)
-    if bool(xp.all(finite)):
-        return rewards, None
-    nan = xp.isnan(rewards)
-    infinite = ~finite & ~nan
-    if bool(xp.any(infinite)):
-        raise ValueError(_not_finite(name, f"{_where_true(xp, infinite)} infinite"))
-    if nan_policy == "raise":
-        raise ValueError(_not_finite(name, f"{_where_true(xp, nan)} NaN", _OMIT_HINT))
-    return rewards, ~nan
-
-
-def _not_finite(name: str, got: str, hint: str = "") -> str:
-    return f"{name}: expected finite numbers, got {got}" + (f"; {hint}" if hint else "")
-
-
-def _where_true(xp: Any, mask: Array) -> str:
-    positions = xp.nonzero(mask)[0]
-    count = int(positions.shape[0])
-    return f"{count} of {mask.shape[0]} (first at index {int(positions[0])})"
-
-
-def _check_finite_traced(
-    xp: Any, values: Array, name: str, *, omit_nan: bool
-) -> tuple[Array, Array | None]:
-    """The checks of the eager path for values that cannot be read while tracing: the
-    NaN mask is computed with ``where``-style ops, so omission gives the eager numbers,
-    and the errors are raised when the compiled function runs (jax: a host callback,
-    only taken when a value is not finite; torch.compile: ``torch._assert_async``).
-    Returns the values to go on with (under jax they depend on the check, so that it
-    runs) and the mask of non-NaN values when ``omit_nan``, else None."""
-    hint = _OMIT_HINT if name.startswith("rewards") else ""
-    if backend(xp) == "jax":
-        values = _jax_raise_when_run(values, name, omit_nan, hint)
-    elif backend(xp) == "torch":
-        torch = sys.modules["torch"]
-        # The compiled graph cannot format counts: the messages name what, not how many.
-        torch._assert_async(~xp.any(xp.isinf(values)), _not_finite(name, "infinite values"))
-        if not omit_nan:
-            torch._assert_async(~xp.any(xp.isnan(values)), _not_finite(name, "NaN", hint))
-    # Other lazy arrays (dask, ...) have no run-time check: omission still works.
-    return values, (~xp.isnan(values) if omit_nan else None)
-
-
-def _jax_raise_when_run(values: Array, name: str, omit_nan: bool, hint: str) -> Array:
-    """``values + 0``, where the 0 comes from a host callback that raises on what is not
-    allowed; the callback only runs (one host round trip) when a value is not finite.
-
-    A pure_callback whose result is used costs a few microseconds when skipped, where a
-    jax.debug.callback (an effect) costs ~10x more per call on CPU. Gradients do not
-    flow through the check."""
-    jax, jnp = sys.modules["jax"], sys.modules["jax.numpy"]
-    checked = jax.lax.stop_gradient(values)
-    zero = jax.ShapeDtypeStruct((), values.dtype)
-    size, dtype = int(values.shape[-1]), np.dtype(values.dtype)
-    host = functools.partial(_raise_non_finite, name, size, omit_nan, hint, dtype)
-
-    def report() -> Array:
-        nan, infinite = jnp.isnan(checked), jnp.isinf(checked)
-        counts = [jnp.sum(infinite), jnp.argmax(infinite), jnp.sum(nan), jnp.argmax(nan)]
-        return jax.pure_callback(host, zero, *counts, vmap_method="broadcast_all")
-
-    allowed = ~jnp.any(jnp.isinf(checked)) if omit_nan else jnp.isfinite(jnp.sum(checked))
-    return values + jax.lax.cond(allowed, lambda: jnp.zeros((), values.dtype), report)
-
-
-def _raise_non_finite(
-    name: str, size: int, omit_nan: bool, hint: str, dtype: Any, *counts_and_firsts: Any
-) -> Any:
-    """Host side of the jax check: raises, or returns the zero(s) the values get. Under
-    ``jax.vmap`` the counts come batched (and the callback runs for every member), so
-    the first failing member is reported."""
-    shape = np.shape(counts_and_firsts[0])
-    inf_count, inf_first, nan_count, nan_first = (np.ravel(c) for c in counts_and_firsts)
-    checks = [(inf_count, inf_first, "infinite", "")]
-    if not omit_nan:
-        checks.append((nan_count, nan_first, "NaN", hint))
-    for count, first, what, what_hint in checks:
-        failing = np.flatnonzero(count)
-        if failing.size:
-            member = failing[0]
-            where = f"{int(count[member])} of {size} (first at index {int(first[member])})"
-            raise ValueError(_not_finite(name, f"{where} {what}", what_hint))
-    return np.zeros(shape, dtype)
 
 
 def _check_groups(

@@ -32,6 +32,10 @@ from ._arrays import Array, Namespace, backend, is_traced
 from ._segment_ops import SEGMENT_OPS, SegmentOps, largest, smallest
 
 GroupMethod = Literal["auto", "segment", "padded", "permuted"]
+"""``make_groups(method=)``: the layout of labelled groups: ``"auto"`` (the default:
+adjacent runs of one size are contiguous, others take the backend's segment ops, or
+without them a permuted or padded layout), ``"segment"``, ``"padded"`` (pure Array API)
+or ``"permuted"`` (groups of one size)."""
 GROUP_METHODS: tuple[GroupMethod, ...] = ("auto", "segment", "padded", "permuted")
 
 

@@ -16,6 +16,13 @@ from ._groups import Groups
 from ._staleness import Staleness
 
 Singletons = Literal["skip", "raw", "refuse"]
+"""``singletons=``: how a group of one rollout is scored: ``"skip"`` (advantage 0, the
+default), ``"raw"`` (against a baseline of 0, verl's convention, where the estimator
+declares it) or ``"refuse"`` (raise, as the frameworks whose estimator raises)."""
+# A group whose rewards differ by no more than this (np.isclose against its minimum) is a
+# tie: no signal to rank its rollouts by.
+DEFAULT_TIE_RTOL = 1e-6
+DEFAULT_TIE_ATOL = 1e-6
 
 
 @dataclass(frozen=True, eq=False)
@@ -190,31 +197,16 @@ def group_rewards(
     )
 
 
-def batch_mean_std(
-    g: GroupedRewards, rows: Array, *, weights: Array | None = None, correction: int = 1
-) -> tuple[Array, Array]:
-    """Mean and std of ``rows`` over every present rollout of the batch (not per group),
-    each rollout weighted by ``weights`` (rows, e.g. its token count) when given.
-
-    ``correction`` is subtracted from the total weight in the variance's denominator: 1
-    with token weights is the unbiased variance over tokens (verl's and OpenRLHF's
-    ``masked_whiten``). Returns 0-d arrays.
-    """
-    xp = g.xp
-    w = xp.ones_like(rows) if weights is None else weights
-    w = g.only_present(w)
-    total = xp.sum(w)
-    mean = xp.sum(w * rows) / total
-    centred = g.only_present(rows - mean)
-    variance = xp.sum(w * centred * centred) / (total - correction)
-    return mean, xp.sqrt(variance)
-
-
 def batch_mean_var(
     g: GroupedRewards, rows: Array, *, weights: Array | None = None, correction: int = 1
 ) -> tuple[Array, Array]:
-    """Like :func:`batch_mean_std`, but the variance, and 0 (not NaN) when the total
-    weight is at most ``correction`` (a batch of one rollout, or of one token)."""
+    """Mean and variance of ``rows`` over every present rollout of the batch (not per
+    group), each rollout weighted by ``weights`` (rows, e.g. its token count) when given.
+
+    ``correction`` is subtracted from the total weight in the variance's denominator: 1
+    with token weights is the unbiased variance over tokens (verl's and OpenRLHF's
+    ``masked_whiten``). The variance is 0 (not NaN) when the total weight is at most
+    ``correction`` (a batch of one rollout, or of one token). Returns 0-d arrays."""
     mean, _, variance = _batch_moments(g, rows, weights, correction)
     return mean, variance
 

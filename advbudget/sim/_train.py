@@ -100,7 +100,7 @@ class RunConfig:
             raise TypeError(f"estimator: expected an estimator name, got {self.estimator!r}")
         base, _ = split_weighted(self.estimator)  # "grpo+grpo_lead": with a group weight
         spec = get_spec(base)  # raises "estimator: expected one of ..."
-        needs = [i.name for i in spec.inputs if i.required]
+        needs = list(spec.required_inputs)
         if needs:
             raise ValueError(
                 f"estimator: {spec.name} needs per-rollout inputs ({', '.join(needs)}) that "

@@ -159,8 +159,9 @@ def test_the_published_result_is_taken_once_and_only_for_its_rows() -> None:
 def test_the_group_weight_is_read_once_for_every_framework() -> None:
     """One parser: a name, a config's mapping, a command line's JSON, off words; refusals
     name the framework's key; the keywords reach compute_advantages with solved_reward."""
+    from advbudget.adapters import get_convention
     from advbudget.adapters._options import UNSET
-    from advbudget.core import get_convention, get_spec
+    from advbudget.core import get_spec
 
     def parse(**given: object) -> AdapterOptions:
         return AdapterOptions.parse(
@@ -194,9 +195,10 @@ def test_the_group_weight_is_read_once_for_every_framework() -> None:
 def test_kl_rho_is_read_once_and_refused_off_spo() -> None:
     """``rho="kl"`` (any case) is the adapter's to measure, never an estimator option;
     ``check_memory`` refuses it for an estimator without ``rho``, naming the key."""
+    from advbudget.adapters import get_convention
     from advbudget.adapters._features import check_memory
     from advbudget.adapters._options import UNSET
-    from advbudget.core import get_convention, get_spec
+    from advbudget.core import get_spec
 
     def parse(**given: object) -> AdapterOptions:
         return AdapterOptions.parse(lambda name: given.get(name, UNSET), get_convention("verl"))

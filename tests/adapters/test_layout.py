@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import advbudget
-from advbudget.core import CONVENTIONS, get_convention
+from advbudget.adapters import CONVENTIONS, get_convention
 from advbudget.data._writers import WRITERS
 
 ADAPTERS = Path(advbudget.__file__).resolve().parent / "adapters"

@@ -47,8 +47,8 @@ import itertools
 import logging
 from typing import Any
 
-from advbudget.core import KappaPairs as CorePairs
 from advbudget.core import compute_advantages, get_spec, make_groups, whiten_tokens
+from advbudget.metrics import KappaPairs as CorePairs
 from advbudget.metrics import PromptLedger
 
 from .._features import (
@@ -60,7 +60,7 @@ from .._features import (
     per_sample_metrics,
     update_ledger,
 )
-from .._options import AdapterOptions
+from .._options import CORE_OPTIONS, AdapterOptions
 from ._convention import OPENRLHF
 from ._hooks import actor_log_probs, data_parallel_ranks, ray_ships_views_compactly
 from ._options import key_of, options_of, read_options
@@ -301,9 +301,7 @@ def _returns_reward(source: str, rewards: Any, groups: Any, options: dict[str, A
 
     if source == "reward":
         return torch.nan_to_num(rewards, nan=0.0)
-    keep: dict[str, Any] = {
-        k: options[k] for k in ("tie_rtol", "tie_atol", "nan_policy") if k in options
-    }
+    keep: dict[str, Any] = {k: options[k] for k in CORE_OPTIONS if k in options}
     result = compute_advantages(rewards, source, groups=groups, **OPENRLHF.settings(source, keep))
     return result.advantages.to(rewards.dtype)
 

@@ -14,14 +14,12 @@ with OpenRLHF's training status.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable
 from typing import Any
 
-from advbudget.core import kappa_eff_of_pairs, sequence_logprobs
-from advbudget.metrics import kappa_metric_dict
+from advbudget.metrics import kappa_eff_of_pairs, kappa_metric_dict, sequence_logprobs
 
-from .._features import kappa_due
+from .._features import defined, kappa_due
 from ._estimators import KappaPairs
 from ._hooks import actor_log_probs
 from ._options import options_of
@@ -121,5 +119,4 @@ def after_update(trainer: Any, global_steps: int) -> dict[str, float]:
             "advbudget: κ_eff skipped at step %d: %s: %s", step, type(error).__name__, error
         )
         return {}
-    # A value the step does not have (NaN) is left out: OpenRLHF would log NaN.
-    return {key: value for key, value in status.items() if not math.isnan(value)}
+    return defined(status)  # OpenRLHF would log NaN

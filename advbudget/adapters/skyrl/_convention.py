@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from advbudget.core import Convention
+from advbudget.adapters import Convention
 
 # skyrl/backends/skyrl_train/utils/ppo_utils.py (0.4.0): grpo is (r - mean) / (std(ddof=1)
 # + 1e-6), r - mean with grpo_norm_by_std=False, and scores a group of one against mean 0

@@ -58,9 +58,9 @@ from skyrl.train.utils.callbacks import CallbackInput, TrainingCallback, Trainin
 from skyrl.train.utils.trainer_utils import filter_generator_output
 from skyrl.train.utils.utils import initialize_ray, validate_cfg
 
-from advbudget.core import compute_advantages, get_spec, kappa_eff_of_pairs, sequence_logprobs
+from advbudget.core import compute_advantages, get_spec
 from advbudget.core._arrays import to_host
-from advbudget.metrics import kappa_metric_dict
+from advbudget.metrics import kappa_eff_of_pairs, kappa_metric_dict, sequence_logprobs
 
 from .._features import (
     RunMemory,

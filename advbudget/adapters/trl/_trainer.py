@@ -26,18 +26,18 @@ from advbudget.core import (
     AdvantageResult,
     Estimator,
     EstimatorSpec,
-    KappaPairs,
     compute_advantages,
     get_spec,
-    kappa_eff_of_pairs,
-    kappa_pairs,
-    sequence_logprobs,
 )
 from advbudget.metrics import (
     DEFAULT_SOLVED_REWARD,
+    KappaPairs,
     PromptLedger,
+    kappa_eff_of_pairs,
     kappa_metric_dict,
+    kappa_pairs,
     prompt_key,
+    sequence_logprobs,
 )
 
 from .._features import (
@@ -283,7 +283,7 @@ class AdvBudgetGRPOTrainer(TrainerHooks, GRPOTrainer):  # type: ignore[misc, unu
         if options.skipped_groups != "keep":
             trl_args = kwargs.get("args", args[2] if len(args) > 2 else None)
             _check_loss_path(trl_args, options.skipped_groups)
-        needs = [] if spec is None else [i.name for i in spec.inputs if i.required]
+        needs = [] if spec is None else list(spec.required_inputs)
         if spec is not None and needs:  # optional inputs (whitening's weights): not given
             names = ", ".join(needs)
             raise ValueError(

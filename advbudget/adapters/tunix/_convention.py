@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from advbudget.core import Convention
+from advbudget.adapters import Convention
 
 # tunix/rl/algo_core.py (0.1.7): grpo is (r - mean) / (std(ddof=1) + 1e-6), rloo and drgrpo
 # have no constant; all on exact values (no tie tolerance). GRPOConfig refuses groups of one.

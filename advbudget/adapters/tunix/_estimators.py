@@ -86,8 +86,8 @@ def result(name: str, rewards: Any, num_generations: int) -> AdvantageResult:
     array = _check_call(name, rewards, num_generations)
     core, settings = core_settings(name)
     spec = get_spec(core)
-    if spec.inputs and any(i.required for i in spec.inputs):
-        needs = ", ".join(i.name for i in spec.inputs if i.required)
+    if spec.required_inputs:
+        needs = ", ".join(spec.required_inputs)
         raise ValueError(
             f"estimator: {name} needs {needs}, which tunix does not pass to an estimator "
             "(it passes rewards and num_generations only)"

@@ -36,8 +36,14 @@ from flax import nnx  # type: ignore[import-not-found, unused-ignore]
 from tunix.rl import common  # type: ignore[import-not-found, unused-ignore]
 from tunix.sft import hooks  # type: ignore[import-not-found, unused-ignore]
 
-from advbudget.core import AdvantageResult, KappaPairs, kappa_eff_of_pairs, kappa_pairs
-from advbudget.metrics import kappa_metric_dict, sequence_logprobs
+from advbudget.core import AdvantageResult
+from advbudget.metrics import (
+    KappaPairs,
+    kappa_eff_of_pairs,
+    kappa_metric_dict,
+    kappa_pairs,
+    sequence_logprobs,
+)
 
 from .._features import defined
 from ._hooks import on_actor_mesh

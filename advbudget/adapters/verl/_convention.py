@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from advbudget.core import Convention
+from advbudget.adapters import Convention
 
 VERL = Convention(
     framework="verl",

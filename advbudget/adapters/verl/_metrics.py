@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from advbudget.core import get_spec, kappa_eff_of_pairs, kappa_pairs, sequence_logprobs
-from advbudget.metrics import advantage_metric_dict, kappa_metric_dict
+from advbudget.core import get_spec
+from advbudget.metrics import advantage_metric_dict
 
 from ._convention import VERL
 from ._estimators import compute_result
@@ -45,7 +45,7 @@ def metrics_estimator(config: Any) -> str | None:
         return None
     # The metrics see uid, rewards and the response mask: an estimator needing another
     # input (remax's reward_baselines) is described by none.
-    needs = {i.name for i in get_spec(VERL.core_name(ours)).inputs if i.required}
+    needs = set(get_spec(VERL.core_name(ours)).required_inputs)
     return ours if needs <= {"response_lengths"} else None
 
 
@@ -88,28 +88,3 @@ def batch_result(data: Any, config: Any, *, estimator: str | None = None) -> Any
     return compute_result(
         name, rewards, uids, config, response_mask=mask, non_tensor_batch=data.non_tensor_batch
     )
-
-
-def kappa_metrics(
-    old_log_probs: Any,
-    new_log_probs: Any,
-    response_mask: Any,
-    advantages: Any,
-    index: Any,
-) -> dict[str, float]:
-    """κ_eff of one update from per-token log-probs before and after it, keyed
-    ``advbudget/kappa_eff/{mean,median,std,min,max,count}`` (docs: Method, κ_eff).
-
-    Args:
-        old_log_probs, new_log_probs: ``[B, L]`` per-token log-probs before / after.
-        response_mask: ``[B, L]``.
-        advantages: ``[B]`` the sequence advantages the update used.
-        index: ``[B]`` the uids.
-    """
-    pairs = kappa_pairs(advantages, group_ids=index)
-    values = kappa_eff_of_pairs(
-        pairs,
-        sequence_logprobs(old_log_probs, response_mask),
-        sequence_logprobs(new_log_probs, response_mask),
-    )
-    return kappa_metric_dict(values, prefix=METRIC_PREFIX)

@@ -467,13 +467,13 @@ def _kappa_eff_of_batch(trainer: Any, batch: Any) -> dict[str, float]:
     """
     import torch
 
-    from advbudget.core import (
+    from advbudget.metrics import (
         kappa_eff_of_pairs,
+        kappa_metric_dict,
         kappa_pairs,
         sequence_advantages,
         sequence_logprobs,
     )
-    from advbudget.metrics import kappa_metric_dict
 
     from ._metrics import METRIC_PREFIX
 

@@ -118,6 +118,12 @@ class EstimatorSpec:
     def option(self, name: str) -> Option | None:
         return next((o for o in self.options if o.name == name), None)
 
+    @property
+    def required_inputs(self) -> tuple[str, ...]:
+        """The names of the per-rollout inputs a call must pass (``response_lengths``, ...):
+        a trainer that hands an estimator none of them cannot run it."""
+        return tuple(i.name for i in self.inputs if i.required)
+
     def resolve_options(self, given: Mapping[str, Any]) -> dict[str, Any]:
         """The options for ``fn``: defaults, overridden by ``given``, each checked."""
         known = {o.name for o in self.options}

@@ -7,6 +7,7 @@ import warnings
 from ... import checks
 from .._arrays import Array, is_traced
 from .._stats import GroupedRewards
+from .._warnings import caller_stacklevel
 from .._weights import dqw_weights
 from ._rules import EPS, RESPONSE_LENGTHS, STD_CORRECTION
 from ._spec import EstimatorSpec, Rule, declare_into
@@ -96,7 +97,6 @@ def maxrl(g: GroupedRewards, *, eps: float = 1e-6) -> Array:
 
 
 def _warn_if_mean_not_positive(g: GroupedRewards, mean: Array) -> None:
-    from .._compute import _caller_stacklevel  # the orchestration imports this module
 
     xp = g.xp
     bad = g.kept() & (mean <= 0)
@@ -113,7 +113,7 @@ def _warn_if_mean_not_positive(g: GroupedRewards, mean: Array) -> None:
         "advantage in the group, a zero mean divides by eps; shift the rewards to be >= 0 "
         "(0/1 instead of ±1) or use budget",
         UserWarning,
-        stacklevel=_caller_stacklevel(),
+        stacklevel=caller_stacklevel(),
     )
 
 

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 from advbudget import compute_advantages
+from advbudget.adapters import get_convention
 from advbudget.adapters._hooks import hook_problems, private_names_outside
 from advbudget.adapters._options import DEFAULT_MAX_GENERATION_BATCHES, AdapterOptions
-from advbudget.core import get_convention
 from advbudget.metrics import DEFAULT_SOLVED_REWARD
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -24,10 +24,10 @@ pytest.importorskip("openrlhf")
 import torch
 
 from advbudget import compute_advantages, token_advantages
+from advbudget.adapters import get_convention
 from advbudget.adapters.openrlhf.__main__ import main
 from advbudget.adapters.openrlhf._estimators import compute_advantages_and_returns, needs_groups
 from advbudget.adapters.openrlhf.testing import make_args, make_experiences, make_maker
-from advbudget.core import get_convention
 from advbudget.testing import rounding_tolerance
 
 from .conftest import OPENRLHF_WARNINGS

@@ -20,9 +20,9 @@ pytest.importorskip("skyrl")
 
 import torch
 
+from advbudget.adapters import get_convention
 from advbudget.adapters.skyrl._estimators import MIRRORS
 from advbudget.adapters.skyrl.testing import dispatch
-from advbudget.core import get_convention
 from advbudget.testing import rounding_tolerance
 
 from .conftest import SKYRL_WARNINGS

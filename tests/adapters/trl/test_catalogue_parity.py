@@ -30,7 +30,8 @@ import pytest
 trl = pytest.importorskip("trl")
 torch = pytest.importorskip("torch")
 
-from advbudget.core import get_convention, get_spec  # noqa: E402
+from advbudget.adapters import get_convention  # noqa: E402
+from advbudget.core import get_spec  # noqa: E402
 
 from .conftest import TRL_WARNINGS  # noqa: E402
 

@@ -12,8 +12,8 @@ import pytest
 
 trl = pytest.importorskip("trl")
 
+from advbudget.adapters import get_convention  # noqa: E402
 from advbudget.adapters.trl import AdvBudgetGRPOTrainer  # noqa: E402
-from advbudget.core import get_convention  # noqa: E402
 
 from .conftest import TRL_WARNINGS  # noqa: E402
 

@@ -90,7 +90,7 @@ def test_components_from_the_per_function_rewards(make_trainer: Any) -> None:
     assert result.advantages[4] == 0  # every function returned None: unscorable
     # The same numbers as the core on the matrix (TRL's constants: the trl row).
     from advbudget import compute_advantages
-    from advbudget.core import get_convention
+    from advbudget.adapters import get_convention
 
     settings = get_convention("trl").settings("gdpo", {"weights": [1.0, 1.0, 1.0]})
     core = compute_advantages(per_func, "gdpo", group_size=4, nan_policy="omit", **settings)

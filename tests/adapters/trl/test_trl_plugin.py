@@ -64,7 +64,8 @@ def test_bad_option_fails_before_training(make_trainer: Any) -> None:
 def test_found_from_metadata_in_a_fresh_process() -> None:
     code = textwrap.dedent(
         """
-        from advbudget.core import get_convention, get_spec
+        from advbudget.core import get_spec
+        from advbudget.adapters import get_convention
         assert "advbudget_example_plugin" not in __import__("sys").modules
         print(get_spec(get_convention("trl").core_name("plugin_scaled_dr")).reference)
         """

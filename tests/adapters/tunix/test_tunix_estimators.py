@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("tunix")  # its own environment: make test-tunix
 
-from advbudget.core import get_convention
+from advbudget.adapters import get_convention
 from advbudget.testing import rounding_tolerance
 
 from .conftest import TUNIX_WARNINGS
@@ -167,8 +167,9 @@ def test_agentic_learner_one_group_at_a_time():
     statistics; those with some warn."""
     from tunix.rl.agentic.agentic_grpo_learner import GRPOConfig as AgenticConfig
 
+    from advbudget.adapters import get_convention
     from advbudget.adapters.tunix import estimator_names
-    from advbudget.core import get_convention, get_spec
+    from advbudget.core import get_spec
 
     fr = _registry()
     AgenticConfig(num_generations=4, advantage_estimator="reward_budget")  # accepted

@@ -33,8 +33,9 @@ with warnings.catch_warnings():  # verl's imports warn (ray, optional engines)
 
 import advbudget.adapters.verl  # noqa: E402, F401  (registers the advbudget_* names)
 from advbudget import compute_advantages, token_advantages  # noqa: E402
+from advbudget.adapters import get_convention  # noqa: E402
 from advbudget.adapters.verl.testing import algorithm_config, observation_spans  # noqa: E402
-from advbudget.core import get_convention, get_spec  # noqa: E402
+from advbudget.core import get_spec  # noqa: E402
 
 from .conftest import VERL_WARNINGS  # noqa: E402
 

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("verl")
 
-from advbudget.core import get_convention
+from advbudget.adapters import get_convention
 
 ROOT = Path(__file__).resolve().parents[3]
 PAGES = [

@@ -16,7 +16,6 @@ import torch  # noqa: E402
 from verl import DataProto  # noqa: E402
 
 from advbudget.adapters.verl import METRIC_PREFIX, batch_metrics  # noqa: E402
-from advbudget.adapters.verl._metrics import kappa_metrics  # noqa: E402
 from advbudget.adapters.verl.testing import algorithm_config  # noqa: E402
 
 from .conftest import VERL_WARNINGS  # noqa: E402
@@ -176,19 +175,6 @@ def test_all_groups_skipped() -> None:
     metrics = batch_metrics(data, algorithm_config("reward_budget"))
     assert metrics["advbudget/skipped_group_fraction"] == 1.0
     assert math.isnan(metrics["advbudget/advantage_gap_mean"])
-
-
-def test_kappa_metrics() -> None:
-    # Sequence log-probs (masked sums): group a's winner -5 -> -4.5, loser -4 -> -4.5
-    # (κ_eff 1); group b's winner -3 -> -1, loser unchanged (κ_eff 2).
-    old = torch.tensor([[-2.0, -3.0], [-1.0, -3.0], [-3.0, 7.0], [-6.0, 7.0]])
-    new = torch.tensor([[-1.5, -3.0], [-1.5, -3.0], [-1.0, 9.0], [-6.0, 9.0]])
-    mask = torch.tensor([[1, 1], [1, 1], [1, 0], [1, 0]])
-    advantages = torch.tensor([0.5, -0.5, 0.5, -0.5])
-    uids = np.array(["a", "a", "b", "b"], dtype=object)
-    metrics = kappa_metrics(old, new, mask, advantages, uids)
-    assert metrics["advbudget/kappa_eff/mean"] == pytest.approx(1.5)
-    assert metrics["advbudget/kappa_eff/count"] == 2.0
 
 
 def test_trainers_registered() -> None:

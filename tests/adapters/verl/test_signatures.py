@@ -24,13 +24,13 @@ with warnings.catch_warnings():  # verl's imports warn (ray, optional engines)
     warnings.simplefilter("ignore")
     from verl.trainer.ppo import core_algos
 
+from advbudget.adapters import get_convention
 from advbudget.adapters.verl import estimator_function
 from advbudget.adapters.verl._estimators import (
     MIRRORS,
     VERL_PASSES,
     verl_mirrors,
 )
-from advbudget.core import get_convention
 
 from .conftest import VERL_WARNINGS
 

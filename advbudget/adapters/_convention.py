@@ -1,5 +1,6 @@
 """Each framework's conventions, as data: one row per trainer, kept in the trainer's adapter
-folder (``advbudget/adapters/<framework>/_convention.py``) and read through here.
+folder (``advbudget/adapters/<framework>/_convention.py``) and read through here: the
+core knows no framework.
 
 A framework names our estimators its own way (verl, OpenRLHF and tunix ``advbudget_<name>``,
 TRL the core name) and computes the estimators it has itself with its own constants
@@ -19,10 +20,17 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..adapters._files import adapter_module
-from ._compute import DEFAULT_TIE_ATOL, DEFAULT_TIE_RTOL
-from ._stats import Singletons
-from .estimators import Estimator, EstimatorSpec, all_names, as_spec, estimator_specs, get_spec
+from advbudget.core import (
+    DEFAULT_TIE_ATOL,
+    DEFAULT_TIE_RTOL,
+    Estimator,
+    EstimatorSpec,
+    Singletons,
+    get_spec,
+)
+from advbudget.core.estimators import all_names, as_spec, estimator_specs
+
+from ._files import adapter_module
 
 
 @dataclass(frozen=True)
@@ -79,7 +87,7 @@ class Convention:
         """The framework's name for core estimator (or alias) ``estimator``.
 
         Examples:
-            >>> from advbudget.core import get_convention
+            >>> from advbudget.adapters import get_convention
             >>> get_convention("verl").name_of("budget"), get_convention("trl").name_of("dr")
             ('advbudget_budget', 'dr')
         """
@@ -114,7 +122,7 @@ class Convention:
         this framework: the conventions above, then ``overrides`` (the user's options).
 
         Examples:
-            >>> from advbudget.core import get_convention
+            >>> from advbudget.adapters import get_convention
             >>> get_convention("openrlhf").settings("grpo")  # OpenRLHF's group_norm
             {'tie_rtol': 0.0, 'tie_atol': 0.0, 'singletons': 'refuse', 'eps': 1e-09,
              'std_correction': 1}
@@ -145,7 +153,7 @@ class Convention:
         a core estimator name (the reward-to-go of its advantages).
 
         Examples:
-            >>> from advbudget.core import get_convention
+            >>> from advbudget.adapters import get_convention
             >>> verl = get_convention("verl")
             >>> verl.returns_of("remax"), verl.returns_of("grpo")
             ('reward', 'advantages')
@@ -159,7 +167,7 @@ class Convention:
         framework's name for it.
 
         Examples:
-            >>> from advbudget.core import get_convention
+            >>> from advbudget.adapters import get_convention
             >>> get_convention("openrlhf").check_rewards("gdpo", "advbudget_gdpo")
             Traceback (most recent call last):
             ...
