@@ -289,7 +289,7 @@ VENV_DEMO ?= .venv-demo
 $(VENV_DEMO)/.installed: pyproject.toml $(call constraints_file,core)
 	$(PYTHON) -m venv $(VENV_DEMO)
 	$(VENV_DEMO)/bin/python -m pip install --quiet --upgrade pip
-	$(VENV_DEMO)/bin/python -m pip install --quiet -e ".[plot]" $(call constrain,core)
+	$(VENV_DEMO)/bin/python -m pip install --quiet -e ".[lab,plot]" $(call constrain,core)
 	touch $@
 
 demo: $(VENV_DEMO)/.installed

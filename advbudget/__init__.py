@@ -7,10 +7,10 @@ the same namespace and device come out.
 
 This module re-exports the estimators of :mod:`advbudget.core`. Around them:
 :mod:`advbudget.metrics` and :mod:`advbudget.theory`; one adapter per trainer under
-:mod:`advbudget.adapters`; data, rewards and evaluation (:mod:`advbudget.data`,
-:mod:`advbudget.rewards`, :mod:`advbudget.eval`); the two experiments
-(:mod:`advbudget.sim`, :mod:`advbudget.lm`); and on top, importing them and imported by
-none, the ``advbudget`` command (:mod:`advbudget.cli`).
+:mod:`advbudget.adapters`; data, rewards and evaluation (:mod:`advbudget.lab.data`,
+:mod:`advbudget.rewards`, :mod:`advbudget.lab.eval`); the two experiments
+(:mod:`advbudget.lab.sim`, :mod:`advbudget.lab.lm`); and on top, importing them and imported by
+none, the ``advbudget`` command (:mod:`advbudget.lab.cli`).
 """
 
 from .core import (

@@ -25,8 +25,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(1, str(ROOT))
 
 import advbudget  # noqa: E402
-from advbudget import _machine  # noqa: E402
 from advbudget._io import atomic_write  # noqa: E402
+from advbudget.lab import _machine  # noqa: E402
 
 MAX_REPEATS = 200
 
@@ -231,7 +231,7 @@ def verdict(meets: bool | None, no: str = "no") -> str:
 
 
 def machine_info(packages: Sequence[str], **extra: Any) -> dict[str, Any]:
-    """:func:`advbudget._machine.machine_info` for ``packages`` (date, platform, CPU model
+    """:func:`advbudget.lab._machine.machine_info` for ``packages`` (date, platform, CPU model
     and vector flags, CPU count, load average at the start, Python, versions, and torch's
     threads when torch is imported: call it after setting them), with the advbudget
     measured (its version and folder) and ``extra``."""

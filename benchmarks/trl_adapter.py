@@ -1,6 +1,6 @@
 """Step time of TRL's smoke run: stock ``GRPOTrainer`` vs ``AdvBudgetGRPOTrainer``.
 
-One process trains the tiny local Qwen3 (``advbudget.tiny``) on the bundled DAPO sample,
+One process trains the tiny local Qwen3 (``advbudget.lab.tiny``) on the bundled DAPO sample,
 CPU, 4 generations of 16 tokens, 2 prompts per step, with four trainers built from the
 same weights and seed: stock GRPO (``scale_rewards="group"``), ours with budget advantages,
 ours with κ_eff every step (two extra forward passes on the max/min-advantage rollouts),
@@ -212,8 +212,8 @@ def main(argv: list[str] | None = None) -> None:
 
     import datasets
 
-    from advbudget.data import load_problems, sample_path, write_trl
-    from advbudget.tiny import build_tiny_model
+    from advbudget.lab.data import load_problems, sample_path, write_trl
+    from advbudget.lab.tiny import build_tiny_model
 
     payload: dict[str, Any] = {
         "machine": machine_info(("trl", "transformers", "torch", "accelerate")),

@@ -42,7 +42,7 @@ PY
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 if ((DRY_RUN)); then
   echo "would install: ${missing:-nothing}"
-  exec "$PYTHON" -m advbudget.cli experiment lm --preset quick --device cpu \
+  exec "$PYTHON" -m advbudget.lab.cli experiment lm --preset quick --device cpu \
     --output-dir "$HOME/gpu_lm_dry_run" "$@"
 fi
 if [[ -n "$missing" ]]; then
@@ -53,4 +53,4 @@ if [[ -n "$missing" ]]; then
   "$PYTHON" -m pip install "${source[@]+"${source[@]}"}" "${wheels[@]}"
 fi
 "$PYTHON" -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'"
-time "$PYTHON" -m advbudget.cli experiment lm --preset gpu --device cuda --output-dir gpu_lm "$@"
+time "$PYTHON" -m advbudget.lab.cli experiment lm --preset gpu --device cuda --output-dir gpu_lm "$@"

@@ -29,7 +29,7 @@
 # CPU mode (no GPU; what the advbudget tests run): CPU_LOOP=1 bash examples/openrlhf_qwen3.sh
 # runs this script's own flags for TOTAL_STEPS=2 steps through OpenRLHF's real loop
 # (PPOTrainer, DeepSpeed ZeRO-3 actor and reference, RolloutRayActor, weight sync,
-# checkpoints) on a tiny random Qwen3 built locally (advbudget.tiny) and the bundled
+# checkpoints) on a tiny random Qwen3 built locally (advbudget.lab.tiny) and the bundled
 # 64-problem sample (advbudget data prepare --sample), with the CPU harness of
 # tests/adapters/openrlhf/cpu_loop on PYTHONPATH (CUDA calls patched, a vLLM stand-in that
 # generates with transformers, fake GPUs for Ray). It overrides only what a CPU needs: a
@@ -219,10 +219,10 @@ if [ "$CPU_LOOP" = 1 ]; then
   if [ "$MODE" = train ]; then
     echo "CPU mode: model, data and checkpoints in $CPU_DIR" >&2
     [ -f "$MODEL_PATH/config.json" ] ||
-      "$PYTHON" -c 'import sys; from advbudget.tiny import build_tiny_model as b; b(sys.argv[1])' \
+      "$PYTHON" -c 'import sys; from advbudget.lab.tiny import build_tiny_model as b; b(sys.argv[1])' \
         "$MODEL_PATH"
     [ -f "$DATA_DIR/dapo/openrlhf/val.jsonl" ] ||
-      "$PYTHON" -c 'from advbudget.cli import main; main()' data prepare --sample \
+      "$PYTHON" -c 'from advbudget.lab.cli import main; main()' data prepare --sample \
         --format openrlhf --val-size 8 --output-dir "$DATA_DIR/dapo"
     exec env "${CPU_ENV[@]}" "$PYTHON" -m advbudget.adapters.openrlhf "${FLAGS[@]}"
   fi

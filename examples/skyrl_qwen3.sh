@@ -30,7 +30,7 @@
 # runs this script's own overrides for TOTAL_STEPS=2 steps through SkyRL's real loop
 # (validation, Ray, the registry sync, FSDP2 policy and reference workers over gloo, the
 # skyrl-gym generator, weight sync, checkpoints) on a tiny random Qwen3 built locally
-# (advbudget.tiny) and the bundled DAPO sample, with the CPU harness of
+# (advbudget.lab.tiny) and the bundled DAPO sample, with the CPU harness of
 # tests/adapters/skyrl/cpu_loop (CUDA calls patched, a vLLM stand-in that generates with
 # transformers, fake GPUs for Ray). It overrides only what a CPU needs (see the harness):
 # no colocation, no flash-attention, a local stand-in engine; 2 prompts per step; a toy
@@ -176,10 +176,10 @@ if [ "$CPU_LOOP" = 1 ]; then
   fi
   echo "CPU mode: model, data and checkpoints in $CPU_DIR" >&2
   [ -f "$MODEL_PATH/config.json" ] ||
-    "$PYTHON" -c 'import sys; from advbudget.tiny import build_tiny_model as b; b(sys.argv[1])' \
+    "$PYTHON" -c 'import sys; from advbudget.lab.tiny import build_tiny_model as b; b(sys.argv[1])' \
       "$MODEL_PATH"
   [ -f "$DATA_DIR/dapo/skyrl/val.jsonl" ] ||
-    "$PYTHON" -c 'from advbudget.cli import main; main()' data prepare --sample \
+    "$PYTHON" -c 'from advbudget.lab.cli import main; main()' data prepare --sample \
       --format skyrl --val-size 8 --output-dir "$DATA_DIR/dapo"
   exec env "${CPU_ENV[@]}" "$PYTHON" "${ENTRY[@]}" "${OVERRIDES[@]}"
 fi

@@ -250,8 +250,8 @@ class DapoReward:
 
 def prepare_smoke(output_dir: Path) -> tuple[str, Path]:
     """Build the tiny model and write the bundled sample in TRL's format."""
-    from advbudget.data import load_problems, sample_path, write_trl
-    from advbudget.tiny import build_tiny_model
+    from advbudget.lab.data import load_problems, sample_path, write_trl
+    from advbudget.lab.tiny import build_tiny_model
 
     model = build_tiny_model(output_dir / "tiny-qwen3")
     (train,) = write_trl({"train": load_problems(sample_path("dapo"))}, output_dir / "data")
@@ -290,7 +290,7 @@ def build_trainer(args: argparse.Namespace, model: str, data: Path) -> Any:
 
 def eval_command(args: argparse.Namespace, checkpoint: Path) -> list[str]:
     """``advbudget eval`` on the trained model: the paper's benchmarks (or the sample)."""
-    from advbudget.eval import protocol_command
+    from advbudget.lab.eval import protocol_command
 
     return protocol_command(
         checkpoint,

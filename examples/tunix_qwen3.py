@@ -257,7 +257,7 @@ def training_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 def eval_command(args: argparse.Namespace, checkpoint: Path) -> list[str]:
     """``advbudget eval`` on the exported model: the paper's benchmarks (or the sample)."""
-    from advbudget.eval import protocol_command
+    from advbudget.lab.eval import protocol_command
 
     return protocol_command(
         checkpoint,
@@ -458,8 +458,8 @@ def export_hf(model: Any, config: Any, source: Path, output: Path) -> Path:
 def prepare_smoke(output_dir: Path) -> tuple[Path, Path]:
     """The tiny random Qwen3 checkpoint (numpy-written safetensors, its tokenizer) and the
     bundled sample in tunix's format."""
-    from advbudget.data import load_problems, sample_path, write_tunix
-    from advbudget.tiny import build_tiny_checkpoint
+    from advbudget.lab.data import load_problems, sample_path, write_tunix
+    from advbudget.lab.tiny import build_tiny_checkpoint
 
     model = build_tiny_checkpoint(output_dir / "tiny-qwen3")
     (train,) = write_tunix({"train": load_problems(sample_path("dapo"))}, output_dir / "data")

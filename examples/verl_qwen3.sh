@@ -20,7 +20,7 @@
 # verl.plugins entry point registers the estimators); VERL_USE_EXTERNAL_MODULES is set too.
 #
 # CPU mode (no GPU, no hub, minutes): CPU_LOOP=1 runs this script's own command line for
-# TOTAL_STEPS=2 steps on a tiny random Qwen3 (advbudget.tiny) and the bundled 16-problem
+# TOTAL_STEPS=2 steps on a tiny random Qwen3 (advbudget.lab.tiny) and the bundled 16-problem
 # DAPO sample, through verl's real loop (trainer, FSDP2 workers, reward loop, weight sync,
 # checkpoints) with the CPU harness of tests/adapters/verl/cpu_loop (verlcpu: a cpu
 # platform and an HF-generate rollout, "hfcpu", for verl 0.9.1). It adds only what a CPU
@@ -212,7 +212,7 @@ if [ "$CPU_LOOP" = 1 ]; then
     advbudget data prepare --sample --format verl --max-samples 16 --val-size 4 \
       --output-dir "$DATA_DIR/dapo"
   [ -f "$MODEL_PATH/config.json" ] || "$PYTHON" -c \
-    'import sys; from advbudget.tiny import build_tiny_model as b; b(sys.argv[1], hidden_size=64)' \
+    'import sys; from advbudget.lab.tiny import build_tiny_model as b; b(sys.argv[1], hidden_size=64)' \
     "$MODEL_PATH"
   mkdir -p "$(dirname "$VERL_FILE_LOGGER_PATH")"
 fi

@@ -1,4 +1,5 @@
-"""Shared fixtures: one ``xp`` fixture runs a test on every array backend."""
+"""Shared fixtures: one ``xp`` fixture runs a test on every array backend, and ``device``
+puts its arrays on a device of that backend's that is not the default where it has one."""
 
 from __future__ import annotations
 
@@ -11,10 +12,15 @@ import array_api_compat
 import pytest
 from hypothesis import settings
 
-from advbudget import testing
-from advbudget.testing import to_numpy  # noqa: F401  (the tests import it from here)
-
 BACKENDS = ("numpy", "array_api_strict", "torch", "jax")
+
+# The core suite gives jax two host devices (before jax starts), so the `device` fixture has
+# one that is not the default. Not in a trainer's suite (ADVBUDGET_FRAMEWORK set), whose
+# meshes use every device there is.
+_JAX_DEVICES = "--xla_force_host_platform_device_count"
+CORE_SUITE = not os.environ.get("ADVBUDGET_FRAMEWORK")
+if CORE_SUITE and _JAX_DEVICES not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_JAX_DEVICES}=2".strip()
 
 # Ray runs its workers at nice 15 (its worker_niceness): beside any busy process of normal
 # priority they starve. Measured on 2 cores with two busy loops beside: a Ray actor that
@@ -76,16 +82,25 @@ def xp(request: pytest.FixtureRequest) -> Any:
         yield namespace
 
 
-def assert_close(
-    actual: Any,
-    expected: Any,
-    *,
-    xp: Any,
-    rtol: float | None = None,
-    atol: float | None = None,
-    dtype: Any = None,
-) -> None:
-    """:func:`advbudget.testing.assert_close` against a host float64 reference: namespace,
-    shape and values; the dtype when given."""
-    __tracebackhide__ = True
-    testing.assert_close(actual, expected, xp=xp, dtype=dtype, device=None, rtol=rtol, atol=atol)
+@pytest.fixture
+def device(xp: Any) -> Any:
+    """The device a test puts its arrays on: one that is not its backend's default where the
+    backend has one (array_api_strict's "device1", jax's second host device, torch's CUDA
+    where present), so a result that falls back to the default device fails its check;
+    numpy's and a CPU-only torch's "cpu" otherwise. (torch's meta device holds no values:
+    the estimators refuse it, tests/test_errors.py.)"""
+    name = xp.__name__
+    if name.startswith("array_api_strict"):
+        return xp.Device("device1")
+    if name.startswith("jax"):
+        import jax
+
+        devices = jax.devices()
+        if CORE_SUITE and len(devices) < 2:
+            pytest.fail(f"jax has {len(devices)} device: XLA_FLAGS must be set before it starts")
+        return devices[-1]
+    if "torch" in name:
+        import torch
+
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return "cpu"

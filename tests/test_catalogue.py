@@ -24,7 +24,7 @@ from advbudget import (
 )
 from advbudget.adapters import CONVENTIONS, get_convention
 from advbudget.checks import positive_finite
-from advbudget.cli._estimators_page import estimators_markdown
+from advbudget.lab.cli._estimators_page import estimators_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -183,7 +183,7 @@ def test_the_rows_name_mirrors_only(framework):
 
 def test_cli_lists_the_catalogue():
     out = subprocess.run(
-        [sys.executable, "-m", "advbudget.cli", "estimators", "--markdown"],
+        [sys.executable, "-m", "advbudget.lab.cli", "estimators", "--markdown"],
         capture_output=True,
         text=True,
         check=True,
@@ -242,7 +242,7 @@ def test_a_broken_plugin_is_reported_by_name_and_costs_no_other(tmp_path):
 def test_explain_takes_aliases_and_refuses_estimators_needing_inputs():
     from typer.testing import CliRunner
 
-    from advbudget.cli import app
+    from advbudget.lab.cli import app
 
     runner = CliRunner()
     ok = runner.invoke(app, ["explain", "--estimators", "dr_grpo,reward_budget", "-G", "4"])
@@ -265,7 +265,7 @@ def test_version_and_a_huge_group_size_are_one_line_answers():
     from typer.testing import CliRunner
 
     import advbudget
-    from advbudget.cli import app
+    from advbudget.lab.cli import app
 
     runner = CliRunner()
     version = runner.invoke(app, ["--version"])

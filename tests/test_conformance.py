@@ -10,6 +10,7 @@ import os
 import zlib
 from typing import Any
 
+import array_api_compat
 import numpy as np
 import pytest
 
@@ -102,7 +103,7 @@ def _grouping(layout: str, rewards: Any, labels: list[str], sizes: list[int]) ->
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("name", NAMES)
-def test_matches_its_reference(xp: Any, name: str, layout: str) -> None:
+def test_matches_its_reference(xp: Any, device: Any, name: str, layout: str) -> None:
     if layout == "segmented" and xp.__name__.startswith("array_api_strict"):
         pytest.skip("array_api_strict has no native segment operations (padded covers it)")
     spec = get_spec(name)
@@ -114,13 +115,13 @@ def test_matches_its_reference(xp: Any, name: str, layout: str) -> None:
         raw = trial % 2 == 1 and 1 in sizes
         singletons = "raw" if raw and spec.raw_singletons else "skip"
         if spec.tracker is not None:
-            _check_memory(xp, name, rewards, labels, sizes, layout, rng)
+            _check_memory(xp, device, name, rewards, labels, sizes, layout, rng)
             continue
         expected = reference(name, rewards, labels, singletons=singletons, **inputs)
         for dtype in (xp.float64, xp.float32):
-            r = xp.asarray(rewards, dtype=dtype)
+            r = xp.asarray(rewards, dtype=dtype, device=device)
             given = {
-                k: xp.asarray(v, dtype=dtype) if isinstance(v, np.ndarray) else v
+                k: xp.asarray(v, dtype=dtype, device=device) if isinstance(v, np.ndarray) else v
                 for k, v in inputs.items()
             }
             grouping = _grouping(layout, r, labels, sizes)
@@ -130,7 +131,8 @@ def test_matches_its_reference(xp: Any, name: str, layout: str) -> None:
             result = compute_advantages(r, name, singletons=singletons, **grouping, **given)
             tol = 1e-10 if dtype == xp.float64 else 2e-4
             # Namespace, device and dtype of rewards, shape and values of the reference.
-            assert_close(result.advantages, expected, xp=xp, dtype=dtype, rtol=tol, atol=tol)
+            assert_close(result.advantages, expected, like=r, rtol=tol, atol=tol)
+            assert array_api_compat.device(result.valid) == device
             if spec.skips == "ties":
                 updated = [
                     (len(idx) == 1 and singletons == "raw")
@@ -147,6 +149,7 @@ def test_matches_its_reference(xp: Any, name: str, layout: str) -> None:
 
 def _check_memory(
     xp: Any,
+    device: Any,
     name: str,
     rewards: np.ndarray,
     labels: list[str],
@@ -164,12 +167,12 @@ def _check_memory(
         for step, prompt_ids in enumerate(steps):
             shown = rewards[::-1].copy() if step == 1 else rewards
             expected = reference(name, shown, labels, memory=memory, prompt_ids=prompt_ids)
-            r = xp.asarray(shown, dtype=dtype)
+            r = xp.asarray(shown, dtype=dtype, device=device)
             result = compute_advantages(
                 r, name, **_grouping(layout, r, labels, sizes), state=state, prompt_ids=prompt_ids
             )
             tol = 1e-10 if dtype == xp.float64 else 2e-4
-            assert_close(result.advantages, expected, xp=xp, dtype=dtype, rtol=tol, atol=tol)
+            assert_close(result.advantages, expected, like=r, rtol=tol, atol=tol)
             assert to_numpy(result.valid).all()
             for prompt, values in memory.items():  # the memory itself, in float64
                 assert state.values(prompt) is not None

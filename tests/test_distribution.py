@@ -1,9 +1,12 @@
 """The package as a user gets it from an index: ``python -m build`` gives a wheel and an sdist,
-each installs into a fresh virtual environment with nothing else, and runs the README's numpy
-example and ``advbudget explain`` there, with the sample data and ``py.typed`` on board."""
+each installs into a fresh virtual environment with nothing else: the library alone
+(advbudget, numpy, array-api-compat) runs the README's numpy example, and the command says
+which extra it needs; with the ``lab`` extra, ``advbudget explain`` and ``advbudget simulate``
+run, with the sample data and ``py.typed`` on board."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -15,14 +18,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 # Files users rely on that are not Python modules: a build that drops them still imports.
+# What `pip install advbudget` brings (pip's own tools aside), by distribution name.
+LIBRARY_DISTRIBUTIONS = {"advbudget", "numpy", "array-api-compat"}
+PIP_OWN = {"pip", "setuptools", "wheel"}
 PACKAGE_DATA = (
     "advbudget/py.typed",
-    "advbudget/data/sample/dapo_sample.jsonl",
-    "advbudget/data/sample/eval_sample.jsonl",
+    "advbudget/lab/data/sample/dapo_sample.jsonl",
+    "advbudget/lab/data/sample/eval_sample.jsonl",
 )
 
 
-def _run(*command: str | Path, cwd: Path | None = None) -> str:
+def _run(*command: str | Path, cwd: Path | None = None, returncode: int = 0) -> str:
     out = subprocess.run(
         [str(c) for c in command],
         capture_output=True,
@@ -30,8 +36,10 @@ def _run(*command: str | Path, cwd: Path | None = None) -> str:
         cwd=cwd,
         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
     )
-    assert out.returncode == 0, f"{command} failed:\n{out.stdout}\n{out.stderr}"
-    return out.stdout
+    assert out.returncode == returncode, (
+        f"{command}: exit {out.returncode}:\n{out.stdout}\n{out.stderr}"
+    )
+    return out.stdout + out.stderr if returncode else out.stdout
 
 
 def _readme_numpy_example() -> str:
@@ -80,10 +88,22 @@ def test_artifact_installs_and_runs_in_a_fresh_environment(
     printed = _run(python, "-c", _readme_numpy_example() + "\nprint(res.advantages)", cwd=tmp_path)
     assert "0.75" in printed
     assert "-0.25" in printed
+    installed = json.loads(_run(python, "-m", "pip", "list", "--format", "json"))
+    assert {d["name"].lower() for d in installed} - PIP_OWN == LIBRARY_DISTRIBUTIONS
+    without_lab = _run(venv / "bin" / "advbudget", "explain", cwd=tmp_path, returncode=1)
+    assert 'pip install -e ".[lab]"' in without_lab
+
+    _run(python, "-m", "pip", "install", "--quiet", f"{artifacts[kind]}[lab]")
     explained = _run(venv / "bin" / "advbudget", "explain", "--group-size", "8", cwd=tmp_path)
     assert "+0.8750" in explained  # budget, k = 1 of 8: 1 - 1/8
     version = _run(venv / "bin" / "advbudget", "--version", cwd=tmp_path)
     assert "0.1.0" in version
+    simulated = _run(
+        venv / "bin" / "advbudget", "simulate", "--quick", "--no-plot", "--output-dir", "sim",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert "budget" in simulated
+    assert (tmp_path / "sim").is_dir()
     data = _run(
         python,
         "-c",

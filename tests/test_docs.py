@@ -30,13 +30,13 @@ API_PAGES = {
     "advbudget": "core",
     "advbudget.metrics": "metrics",
     "advbudget.theory": "theory",
-    "advbudget.data": "data",
+    "advbudget.lab.data": "lab/data",
     "advbudget.rewards": "rewards",
     "advbudget.adapters.verl.rewards": "rewards",
     "advbudget.adapters.trl.rewards": "rewards",
     "advbudget.adapters.openrlhf.rewards": "rewards",
-    "advbudget.eval": "eval",
-    "advbudget.tiny": "tiny",
+    "advbudget.lab.eval": "lab/eval",
+    "advbudget.lab.tiny": "lab/tiny",
 }
 
 
@@ -58,7 +58,7 @@ def _public_functions_and_classes(module_name: str) -> list[str]:
 
 def _documented(html: str, module_name: str, name: str) -> bool:
     """Whether the page documents ``module_name.name``, under that path or under the module
-    it lives in (``advbudget.data.write_verl`` is ``advbudget.adapters.verl.data``'s)."""
+    it lives in (``advbudget.lab.data.write_verl`` is ``advbudget.adapters.verl.data``'s)."""
     home = getattr(getattr(importlib.import_module(module_name), name), "__module__", None)
     return any(f'id="{path}.{name}"' in html for path in (module_name, home) if path)
 

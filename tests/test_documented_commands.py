@@ -63,13 +63,13 @@ RULES: list[tuple[str, Run | Covered]] = [
     (
         r"advbudget simulate( .*)?",
         Covered(
-            "tests/test_sim_docs.py::test_every_command_on_the_page_parses_and_configures",
+            "tests/lab/test_sim_docs.py::test_every_command_on_the_page_parses_and_configures",
             "each parses and configures what its stored JSON holds; the page is that JSON",
         ),
     ),
     (
-        r"python -m advbudget\.sim\._docs",
-        Covered("tests/test_sim_docs.py::test_docs_script_check_passes", "its check mode"),
+        r"python docs/scripts/simulation_blocks\.py.*",
+        Covered("tests/lab/test_sim_docs.py::test_docs_script_check_passes", "its check mode"),
     ),
     (
         r"python docs/scripts/make_figures\.py",
@@ -79,28 +79,28 @@ RULES: list[tuple[str, Run | Covered]] = [
     (
         r"advbudget data prepare -o data/dapo --source \S+ --val-size \d+",
         Covered(
-            "tests/test_data.py::test_cli_prepares_the_real_file",
+            "tests/lab/test_data.py::test_cli_prepares_the_real_file",
             "a real DAPO-format parquet through the CLI",
         ),
     ),
     (
         r"advbudget data prepare -o data/dapo( --format \w+)? --val-size \d+",
         Covered(
-            "tests/test_data.py::test_real_aime_file_through_the_hub_code_path",
+            "tests/lab/test_data.py::test_real_aime_file_through_the_hub_code_path",
             "the Hub download itself needs the network; the same loader on DAPO's own file",
         ),
     ),
     (
         r"advbudget eval --score-only .*",
         Covered(
-            "tests/test_cli_errors.py::test_eval_score_only_keeps_the_runs_pass_at_k",
+            "tests/lab/test_cli_errors.py::test_eval_score_only_keeps_the_runs_pass_at_k",
             "re-grading a generations file",
         ),
     ),
     (
         r"advbudget eval --model ckpt/ .*",
         Covered(
-            "tests/test_eval.py::test_eval_cli_end_to_end_on_cpu",
+            "tests/lab/test_eval.py::test_eval_cli_end_to_end_on_cpu",
             "a checkpoint and a GPU on a cluster; the same CLI on a tiny local model",
         ),
     ),
@@ -108,11 +108,11 @@ RULES: list[tuple[str, Run | Covered]] = [
     (
         r"advbudget compare .*",
         Covered(
-            "tests/test_compare.py::test_deltas_against_the_first_run",
+            "tests/lab/test_compare.py::test_deltas_against_the_first_run",
             "scores.json files written by our own writer",
         ),
     ),
-    (r"python -c \"from advbudget\.tiny import .*", Run()),
+    (r"python -c \"from advbudget\.lab\.tiny import .*", Run()),
     (r"printf .*", Run()),
     (
         r"python examples/trl_qwen3\.py --smoke",

@@ -12,8 +12,7 @@ from advbudget import (
     make_groups,
     token_advantages,
 )
-
-from .conftest import assert_close, to_numpy
+from advbudget.testing import assert_close, to_numpy
 
 
 def test_nan_and_inf_rewards(xp):

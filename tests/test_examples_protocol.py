@@ -348,7 +348,7 @@ def test_the_held_out_split_is_the_same_in_every_format(tmp_path: Path) -> None:
     pytest.importorskip("pyarrow")
     for fmt in ("verl", "trl", "openrlhf", "tunix", "skyrl"):
         out = subprocess.run(
-            [sys.executable, "-c", "from advbudget.cli import main; main()", "data", "prepare",
+            [sys.executable, "-c", "from advbudget.lab.cli import main; main()", "data", "prepare",
              "--sample", "--format", fmt, "--val-size", "8", "-o", str(tmp_path / fmt)],
             capture_output=True, text=True, timeout=120, check=False,
         )  # fmt: skip

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from advbudget import compute_advantages
 from advbudget.metrics import advantage_metrics
+from advbudget.testing import assert_close, to_numpy
 
-from .conftest import assert_close, to_numpy
 from .references import reference
 
 NAN = math.nan

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from advbudget import compute_advantages, estimator_names
 from advbudget.metrics import advantage_metrics
+from advbudget.testing import assert_close, to_numpy
 
-from .conftest import assert_close, to_numpy
 from .references import dqw, reference, solved_share
 
 TIE = 1e-6
@@ -305,7 +305,7 @@ def test_bad_solved_reward_and_dgpo_options() -> None:
 def test_explain_shows_a_weighted_table() -> None:
     from typer.testing import CliRunner
 
-    from advbudget.cli import app
+    from advbudget.lab.cli import app
 
     plain = CliRunner().invoke(app, ["explain", "-G", "4", "--estimators", "grpo"])
     weighted = CliRunner().invoke(
@@ -327,7 +327,7 @@ def test_explain_shows_a_weighted_table() -> None:
 def test_the_lab_trains_with_a_weighted_estimator() -> None:
     """The same seed with and without the weight: identical rollouts at step 1, different
     updates (the weight reaches the advantages), and the same accuracy at step 0."""
-    from advbudget.sim import RunConfig, TaskConfig, make_task, train
+    from advbudget.lab.sim import RunConfig, TaskConfig, make_task, train
 
     task = make_task(TaskConfig(train_prompts=64, validation_prompts=64))
     plain = train(RunConfig(estimator="grpo", steps=3, prompts_per_step=8), task)
@@ -341,8 +341,8 @@ def test_the_lab_trains_with_a_weighted_estimator() -> None:
 def test_the_command_line_and_the_lm_config_take_weighted_names() -> None:
     import typer
 
-    from advbudget.cli._estimators import parse_estimators
-    from advbudget.lm import LMConfig
+    from advbudget.lab.cli._estimators import parse_estimators
+    from advbudget.lab.lm import LMConfig
 
     assert parse_estimators("grpo, grpo+dqw,budget+grpo_lead") == (
         "grpo",

@@ -19,8 +19,7 @@ from advbudget.metrics import (
     sequence_advantages,
     sequence_logprobs,
 )
-
-from .conftest import assert_close, to_numpy
+from advbudget.testing import assert_close, to_numpy
 
 LAYOUTS = ("group_size", "shuffled_ids", "unequal_sizes", "padded")
 

@@ -15,8 +15,8 @@ from advbudget import compute_advantages, make_groups
 from advbudget.core._groups import Contiguous, Padded, Permuted, Segmented
 from advbudget.core._labels import _equal_group_slots, _factorize_host
 from advbudget.metrics import kappa_pairs
+from advbudget.testing import to_numpy
 
-from .conftest import to_numpy
 from .references import reference
 
 ESTIMATORS = ("budget", "grpo", "dr", "rloo")

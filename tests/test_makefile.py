@@ -136,7 +136,7 @@ def test_demo_environment_installs_no_ml_framework() -> None:
     installs = [line for line in lines if "pip install" in line and "--upgrade pip" not in line]
     assert installs
     assert all("torch" not in line and "[test" not in line for line in installs)
-    assert any('-e ".[plot]"' in line for line in installs)
+    assert any('-e ".[lab,plot]"' in line for line in installs)
     runs = [line for line in lines if "advbudget " in line and "pip" not in line]
     assert runs
     assert all(line.startswith(".venv-demo/bin/") for line in runs), runs

@@ -14,9 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from advbudget import compute_advantages
+from advbudget.testing import assert_close
 from advbudget.theory import implied_slope, objective_slope, passk_objective
-
-from .conftest import assert_close
 
 # -- MaxRL ---------------------------------------------------------------------------------
 
@@ -151,7 +150,7 @@ def test_passk_objective_checks_k():
 def test_explain_shows_them_beside_budget_with_their_theory():
     from typer.testing import CliRunner
 
-    from advbudget.cli import app
+    from advbudget.lab.cli import app
 
     result = CliRunner().invoke(
         app, ["explain", "-G", "8", "--estimators", "budget,maxrl,passk"], env={"COLUMNS": "80"}

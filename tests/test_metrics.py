@@ -20,8 +20,7 @@ from advbudget.metrics import (
     sequence_logprobs,
     summarize,
 )
-
-from .conftest import assert_close, to_numpy
+from advbudget.testing import assert_close, to_numpy
 
 
 def test_kappa(xp):

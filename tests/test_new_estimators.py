@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 from advbudget import compute_advantages, get_spec
 from advbudget.adapters import get_convention
+from advbudget.testing import assert_close, to_numpy
 from advbudget.theory import binary_advantages, implied_slope
 
-from .conftest import assert_close, to_numpy
 from .references import reference
 
 NEW = (

@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from advbudget import compute_advantages, make_groups
+from advbudget.testing import assert_close, to_numpy
 
-from .conftest import assert_close, to_numpy
 from .references import reference
 
 ESTIMATORS = ("budget", "grpo", "dr", "rloo")

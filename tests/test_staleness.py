@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from advbudget import compute_advantages, estimator_names, get_spec
 from advbudget.metrics import advantage_metrics
+from advbudget.testing import assert_close, to_numpy
 
-from .conftest import assert_close, to_numpy
 from .references import reference
 
 NAN = math.nan

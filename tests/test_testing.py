@@ -37,6 +37,31 @@ def test_the_device_is_checked() -> None:
         assert_close(torch.zeros(2), meta)
 
 
+def test_like_sets_namespace_dtype_and_device_from_the_input(xp: Any, device: Any) -> None:
+    rewards = xp.asarray([1.0, 0.0], dtype=xp.float32, device=device)
+    assert_close(
+        xp.asarray([0.5, -0.5], dtype=xp.float32, device=device), [0.5, -0.5], like=rewards
+    )
+    with pytest.raises(AssertionError, match="dtype"):
+        assert_close(
+            xp.asarray([0.5, -0.5], dtype=xp.float64, device=device), [0.5, -0.5], like=rewards
+        )
+    with pytest.raises(TypeError, match="like= or xp="):
+        assert_close(rewards, [1.0, 0.0], like=rewards, xp=xp)
+
+
+def test_the_device_fixture_catches_a_result_on_the_default_device(xp: Any, device: Any) -> None:
+    """What the conformance battery relies on: where the backend has a second device, an
+    array made without ``device=`` (an estimator forgetting its input's device) fails."""
+    if str(device) == "cpu":  # numpy, and torch without CUDA: one device, nothing to catch
+        assert "strict" not in xp.__name__
+        assert "jax" not in xp.__name__
+        return
+    rewards = xp.asarray([1.0, 0.0], device=device)
+    with pytest.raises(AssertionError, match="device"):
+        assert_close(xp.asarray([1.0, 0.0]), [1.0, 0.0], like=rewards)
+
+
 def test_rounding_tolerance_follows_the_scale_the_sum_length_and_the_accumulation() -> None:
     values = np.array([1e-7, -3.0, 0.5])
     eps64, eps32 = np.finfo(np.float64).eps, np.finfo(np.float32).eps

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from advbudget import EstimatorState, compute_advantages
 from advbudget.metrics import advantage_metrics, kappa_pairs
+from advbudget.testing import assert_close, to_numpy
 
-from .conftest import assert_close, to_numpy
 from .references import reference
 
 NAN = math.nan

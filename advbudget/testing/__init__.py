@@ -38,6 +38,7 @@ def assert_close(
     expected: Any,
     *,
     xp: Any = None,
+    like: Any = None,
     dtype: Any = _UNSET,
     device: Any = _UNSET,
     rtol: float | None = None,
@@ -47,21 +48,30 @@ def assert_close(
 
     ``expected`` is an array (its namespace, dtype and device are then the expected ones
     unless given) or a float64 reference (a list, a numpy array of another namespace's
-    result: pass ``xp``, and ``dtype``/``device`` to check them). Tolerances default to
-    1e-12 for float64 results and 2e-5 (relative) / 2e-6 (absolute) otherwise.
+    result). With a reference, ``like`` is the array whose namespace, dtype and device the
+    result must keep (typically the rewards that went in); or pass ``xp`` for the namespace
+    and ``dtype``/``device`` to check them. Tolerances default to 1e-12 for float64 results
+    and 2e-5 (relative) / 2e-6 (absolute) otherwise.
 
     Examples:
         >>> import numpy as np
         >>> from advbudget import budget_advantage
         >>> from advbudget.testing import assert_close
         >>> rewards = np.array([1.0, 0.0, 0.0, 0.0])
-        >>> assert_close(budget_advantage(rewards, group_size=4), [0.75, -0.25, -0.25, -0.25], xp=np)
-        >>> assert_close(np.zeros(2, dtype=np.float32), np.zeros(2))
+        >>> advantages = budget_advantage(rewards, group_size=4)
+        >>> assert_close(advantages, [0.75, -0.25, -0.25, -0.25], like=rewards)
+        >>> assert_close(advantages, [0.75, -0.25, -0.25, -0.25], like=rewards.astype(np.float32))
         Traceback (most recent call last):
         ...
-        AssertionError: dtype float32, expected float64
-    """  # noqa: E501
+        AssertionError: dtype float64, expected float32
+    """
     __tracebackhide__ = True
+    if like is not None:
+        if xp is not None:
+            raise TypeError("assert_close: pass like= or xp=, not both (like sets the namespace)")
+        xp = array_api_compat.array_namespace(like)
+        dtype = like.dtype if dtype is _UNSET else dtype
+        device = device_of(like) if device is _UNSET else device
     reference_is_array = array_api_compat.is_array_api_obj(expected) and not isinstance(
         expected, (list, tuple)
     )

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from advbudget import theory
-from advbudget.sim._plot import plot_map
+from advbudget.lab.sim._plot import plot_map
 
 SIM_DATA = Path(__file__).resolve().parents[1] / "data" / "sim"
 

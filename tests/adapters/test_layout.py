@@ -10,7 +10,7 @@ import pytest
 
 import advbudget
 from advbudget.adapters import CONVENTIONS, get_convention
-from advbudget.data._writers import WRITERS
+from advbudget.lab.data._writers import WRITERS
 
 ADAPTERS = Path(advbudget.__file__).resolve().parent / "adapters"
 ROLES = ("__init__.py", "_version.py", "_convention.py", "_options.py", "_hooks.py")

@@ -1,7 +1,7 @@
 """OpenRLHF's prompt dataset: :func:`write_openrlhf`, what ``advbudget data prepare
 --format openrlhf`` writes.
 
-Loaded by file by :mod:`advbudget.data` (``advbudget data prepare`` runs without any
+Loaded by file by :mod:`advbudget.lab.data` (``advbudget data prepare`` runs without any
 trainer): it imports nothing from its own package."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from advbudget.data._format import Splits, write_jsonl
+from advbudget.adapters._datafiles import Splits, write_jsonl
 
 
 def write_openrlhf(splits: Splits, output_dir: str | os.PathLike[str]) -> list[Path]:
@@ -29,7 +29,7 @@ def write_openrlhf(splits: Splits, output_dir: str | os.PathLike[str]) -> list[P
 
     Examples:
         >>> import json, tempfile
-        >>> from advbudget.data import load_problems, sample_path, write_openrlhf
+        >>> from advbudget.lab.data import load_problems, sample_path, write_openrlhf
         >>> problems = load_problems(sample_path("dapo"))
         >>> with tempfile.TemporaryDirectory() as folder:
         ...     (path,) = write_openrlhf({"train": problems}, folder)

@@ -1,7 +1,7 @@
 """SkyRL's RL dataset: :func:`write_skyrl`, what ``advbudget data prepare --format skyrl``
 writes.
 
-Loaded by file by :mod:`advbudget.data` (``advbudget data prepare`` runs without any
+Loaded by file by :mod:`advbudget.lab.data` (``advbudget data prepare`` runs without any
 trainer): it imports nothing from its own package."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from advbudget._io import atomic_path
-from advbudget.data._format import Splits, chat_messages, split_files
+from advbudget.adapters._datafiles import Splits, chat_messages, split_files
 
 #: The skyrl-gym environment the adapter registers (:mod:`advbudget.adapters.skyrl.rewards`).
 ENV_CLASS = "advbudget_dapo"
@@ -36,7 +36,7 @@ def write_skyrl(splits: Splits, output_dir: str | os.PathLike[str]) -> list[Path
 
     Examples:
         >>> import json, tempfile
-        >>> from advbudget.data import load_problems, sample_path, write_skyrl
+        >>> from advbudget.lab.data import load_problems, sample_path, write_skyrl
         >>> problems = load_problems(sample_path("dapo"))
         >>> with tempfile.TemporaryDirectory() as folder:
         ...     (path,) = write_skyrl({"train": problems}, folder)

@@ -1,7 +1,7 @@
 """TRL's GRPO dataset: :func:`write_trl`, what ``advbudget data prepare --format trl``
 writes.
 
-Loaded by file by :mod:`advbudget.data` (``advbudget data prepare`` runs without any
+Loaded by file by :mod:`advbudget.lab.data` (``advbudget data prepare`` runs without any
 trainer): it imports nothing from its own package."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from advbudget.data._format import Splits, chat_messages, split_files, write_parquet
+from advbudget.adapters._datafiles import Splits, chat_messages, split_files, write_parquet
 
 
 def write_trl(splits: Splits, output_dir: str | os.PathLike[str]) -> list[Path]:
@@ -32,7 +32,7 @@ def write_trl(splits: Splits, output_dir: str | os.PathLike[str]) -> list[Path]:
     Examples:
         >>> import tempfile
         >>> import datasets
-        >>> from advbudget.data import load_problems, sample_path, write_trl
+        >>> from advbudget.lab.data import load_problems, sample_path, write_trl
         >>> problems = load_problems(sample_path("dapo"))
         >>> with tempfile.TemporaryDirectory() as folder:
         ...     (path,) = write_trl({"train": problems}, folder)

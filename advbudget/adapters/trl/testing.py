@@ -1,5 +1,5 @@
 """TRL configs for tests and benchmarks of the TRL adapter: one tiny CPU run (the tiny local
-Qwen3 of :func:`advbudget.tiny.build_tiny_model`, 16-token completions in groups of 4).
+Qwen3 of :func:`advbudget.lab.tiny.build_tiny_model`, 16-token completions in groups of 4).
 
 TRL is imported only when a function runs.
 """

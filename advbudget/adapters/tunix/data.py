@@ -1,7 +1,7 @@
 """tunix's RL dataset: :func:`write_tunix`, what ``advbudget data prepare --format tunix``
 writes.
 
-Loaded by file by :mod:`advbudget.data` (``advbudget data prepare`` runs without any
+Loaded by file by :mod:`advbudget.lab.data` (``advbudget data prepare`` runs without any
 trainer): it imports nothing from its own package."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from advbudget.data._format import Splits, write_jsonl
+from advbudget.adapters._datafiles import Splits, write_jsonl
 
 
 def write_tunix(splits: Splits, output_dir: str | os.PathLike[str]) -> list[Path]:
@@ -32,7 +32,7 @@ def write_tunix(splits: Splits, output_dir: str | os.PathLike[str]) -> list[Path
 
     Examples:
         >>> import json, tempfile
-        >>> from advbudget.data import load_problems, sample_path, write_tunix
+        >>> from advbudget.lab.data import load_problems, sample_path, write_tunix
         >>> problems = load_problems(sample_path("dapo"))
         >>> with tempfile.TemporaryDirectory() as folder:
         ...     (path,) = write_tunix({"train": problems}, folder)

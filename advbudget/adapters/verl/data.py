@@ -1,7 +1,7 @@
 """verl's RL dataset: :func:`write_verl`, what ``advbudget data prepare --format verl``
 writes.
 
-Loaded by file by :mod:`advbudget.data` (``advbudget data prepare`` runs without any
+Loaded by file by :mod:`advbudget.lab.data` (``advbudget data prepare`` runs without any
 trainer): it imports nothing from its own package."""
 
 from __future__ import annotations
@@ -9,8 +9,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from advbudget.data._format import Splits, split_files, write_parquet
-from advbudget.data._problems import DAPO_DATA_SOURCE, DAPO_REWARD_STYLE
+from advbudget.adapters._datafiles import (
+    DAPO_DATA_SOURCE,
+    DAPO_REWARD_STYLE,
+    Splits,
+    split_files,
+    write_parquet,
+)
 
 
 def write_verl(
@@ -40,7 +45,7 @@ def write_verl(
     Examples:
         >>> import tempfile
         >>> import pyarrow.parquet as pq
-        >>> from advbudget.data import load_problems, sample_path, write_verl
+        >>> from advbudget.lab.data import load_problems, sample_path, write_verl
         >>> problems = load_problems(sample_path("dapo"))
         >>> with tempfile.TemporaryDirectory() as folder:
         ...     paths = write_verl({"train": problems[:60], "val": problems[60:]}, folder)

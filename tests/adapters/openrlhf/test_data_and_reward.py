@@ -17,8 +17,8 @@ import pytest
 pytest.importorskip("openrlhf")
 
 import advbudget.adapters.openrlhf.rewards as reward_file
-from advbudget.data import load_problems, sample_path, write_openrlhf
-from advbudget.tiny import build_tiny_model
+from advbudget.lab.data import load_problems, sample_path, write_openrlhf
+from advbudget.lab.tiny import build_tiny_model
 
 from .conftest import OPENRLHF_WARNINGS, import_openrlhf
 

@@ -324,7 +324,7 @@ def test_printed_data_flags_parse_with_openrlhf(source: str) -> None:
     with OpenRLHF's own parser (0.11.2 has --eval.dataset, not --data.eval_dataset)."""
     import shlex
 
-    from advbudget.cli._data import _usage
+    from advbudget.lab.cli._data import _usage
 
     if source == "docs":
         flags = _docs_flags()

@@ -36,7 +36,7 @@ def mixed_reward(
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from advbudget.tiny import build_tiny_model
+    from advbudget.lab.tiny import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny-qwen3"))
 
@@ -45,7 +45,7 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def train_dataset(tmp_path_factory: pytest.TempPathFactory) -> Any:
     import datasets
 
-    from advbudget.data import load_problems, sample_path, write_trl
+    from advbudget.lab.data import load_problems, sample_path, write_trl
 
     folder = tmp_path_factory.mktemp("trl-data")
     (path,) = write_trl({"train": load_problems(sample_path("dapo"))[:PROMPTS]}, folder)

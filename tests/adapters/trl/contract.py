@@ -43,7 +43,7 @@ def _run() -> tuple[Path, Any]:
     """A folder (removed at exit) with a tiny model, and a dataset."""
     import datasets
 
-    from advbudget.tiny import build_tiny_model
+    from advbudget.lab.tiny import build_tiny_model
 
     folder = Path(tempfile.mkdtemp(prefix="advbudget-trl-contract-"))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)

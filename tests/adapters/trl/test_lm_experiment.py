@@ -17,7 +17,7 @@ import pytest
 
 trl = pytest.importorskip("trl")
 
-from advbudget.lm import (  # noqa: E402
+from advbudget.lab.lm import (  # noqa: E402
     ALPHABET,
     TIERS,
     carries,
@@ -79,7 +79,7 @@ def test_mixture_and_config_errors() -> None:
 
 
 def test_tokenizer_round_trip() -> None:
-    from advbudget.lm._model import build_tokenizer
+    from advbudget.lab.lm._model import build_tokenizer
 
     tokenizer = build_tokenizer()
     text = "12+34=?\nAnswer: 46"
@@ -91,7 +91,7 @@ def test_tokenizer_round_trip() -> None:
 
 @pytest.mark.filterwarnings("ignore:.*is deprecated and will be removed in v6:FutureWarning")
 def test_warm_start_is_cached(tmp_path: Path) -> None:
-    from advbudget.lm._model import warm_start
+    from advbudget.lab.lm._model import warm_start
 
     config = lm_config("quick", sft_max_steps=20, sft_check_every=10)
     logs: list[str] = []
@@ -194,7 +194,7 @@ def test_gpu_script_dry_run(tmp_path: Path) -> None:
 
 
 def test_summary_by_hand() -> None:
-    from advbudget.lm._experiment import mean_se, summarize
+    from advbudget.lab.lm._experiment import mean_se, summarize
 
     config = lm_config("quick", estimators=("grpo", "budget"), seeds=(0, 1))
 

@@ -23,7 +23,7 @@ def _two_processes(
     tiny_model: Path, tmp_path: Path, prompts: int, *mode: str
 ) -> list[dict[str, Any]]:
     """Run the worker on 2 ranks; each rank's record."""
-    from advbudget.data import load_problems, sample_path, write_trl
+    from advbudget.lab.data import load_problems, sample_path, write_trl
 
     torchrun = Path(sys.executable).with_name("torchrun")
     if not torchrun.exists() and shutil.which("torchrun") is None:

@@ -62,7 +62,7 @@ def tiny_cluster(
     from tunix.rl import rl_cluster as rl_cluster_lib
     from tunix.rl.rollout import base_rollout
 
-    from advbudget.tiny import build_tiny_tokenizer
+    from advbudget.lab.tiny import build_tiny_tokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(build_tiny_tokenizer(tmp_path / "tok"))
     config = qwen3.ModelConfig(

@@ -66,7 +66,7 @@ def test_smoke_run_trains_on_kept_groups(tmp_path: Path) -> None:
 def test_export_is_the_inverse_of_tunix_load(tmp_path: Path) -> None:
     from safetensors.numpy import load_file
 
-    from advbudget.tiny import build_tiny_checkpoint
+    from advbudget.lab.tiny import build_tiny_checkpoint
 
     example = load_example()
     source = build_tiny_checkpoint(tmp_path / "tiny", seed=3)

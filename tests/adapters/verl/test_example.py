@@ -129,7 +129,7 @@ def test_bad_switches_fail() -> None:
 
 
 def _advbudget(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-c", "from advbudget.cli import main; main()", *args]
+    command = [sys.executable, "-c", "from advbudget.lab.cli import main; main()", *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=cwd)
 
 

@@ -26,7 +26,7 @@ import json
 import sys
 from pathlib import Path
 
-from advbudget.data import load_problems, sample_path, write_skyrl
+from advbudget.lab.data import load_problems, sample_path, write_skyrl
 
 ENV_CLASS = "advbudget_parity"  # skyrl_cpu_loop.ENV_CLASS (not imported: SkyRL takes 9 s)
 
