@@ -309,3 +309,24 @@ def test_options_come_from_the_signature_once():
     assert verl.option("var_eps").default == 1e-8
     with pytest.raises(TypeError, match=r"rules: 'scale' is not a keyword parameter"):
         estimator_spec(lambda grouped: grouped.deviation(), rules={"scale": Rule()})
+
+
+def test_specs_declare_skip_rules_batch_statistics_and_slopes():
+    for name in ("reinforce_plus_plus_baseline", "reinforce_baseline", "reinforce", "remax"):
+        assert get_spec(name).skips == "never"
+    for name in ("opo", "grpo_passk", "gpg", "grpo_batch_std", "rloo_normalized"):
+        assert get_spec(name).skips == "ties"
+    for name in ("gpg", "grpo_batch_std", "rloo_normalized", "reinforce_plus_plus_baseline",
+                 "reinforce_baseline", "reinforce"):  # fmt: skip
+        assert get_spec(name).batch_statistics
+    assert get_spec("reinforce_plus_plus_baseline").slope_of == "dr"
+    assert get_spec("rloo_normalized").slope_of == "rloo"
+    assert [i.required for i in get_spec("reinforce").inputs] == [False]
+    # Mirrors: verl's constants for its estimators, OpenRLHF's and TRL's for theirs.
+    verl = get_convention("verl")
+    assert verl.settings("reinforce_plus_plus_baseline")["singletons"] == "raw"
+    assert verl.settings("grpo_passk")["singletons"] == "refuse"  # as verl's, on a group of one
+    assert verl.settings("opo")["tie_atol"] == 0.0
+    assert get_convention("openrlhf").settings("reinforce_baseline")["var_floor"] == 1e-8
+    assert get_convention("trl").settings("grpo_batch_std")["eps"] == 1e-4
+    assert get_convention("trl").settings("rloo_normalized")["eps"] == 1e-4

@@ -22,7 +22,7 @@ from .references import DEFAULTS, REFERENCES, reference
 
 SEED = int(os.environ.get("ADVBUDGET_TEST_SEED", "0"))
 LAYOUTS = ("contiguous", "permuted", "segmented", "padded")
-# Estimators of turns score multi-turn rows (labels, not layouts): tests/test_gigpo.py.
+# Estimators of turns score multi-turn rows (labels, not layouts): tests/estimators/test_turns.py.
 NAMES = [spec.name for spec in BUILTINS if not spec.turns]
 
 
@@ -39,7 +39,7 @@ def test_the_catalogue_keeps_the_documented_defaults(name: str) -> None:
 
 
 # Estimators defined on part of the rewards only (passk: binary; maxrl: a positive group
-# mean, it warns otherwise: tests/test_maxrl_passk.py; gdpo: reward components, [N, 3]),
+# mean, it warns otherwise: tests/estimators/test_group.py; gdpo: reward components, [N, 3]),
 # and options the battery sets.
 DOMAIN = {"passk": "binary", "maxrl": "nonnegative", "gdpo": "components", "spo": "unit"}
 OPTIONS: dict[str, dict[str, Any]] = {"passk": {"k": 2}}
@@ -145,6 +145,51 @@ def test_matches_its_reference(xp: Any, device: Any, name: str, layout: str) -> 
                 assert to_numpy(result.valid).tolist() == valid.tolist()
             else:  # "never": every rollout with a reward is updated, a group of one too
                 assert to_numpy(result.valid).all(), to_numpy(result.valid)
+
+
+# gdpo drops NaN per component (tests/estimators/test_components.py); an estimator with
+# memory keeps no statistic of the batch to leave a row out of.
+OMITTING = [n for n in NAMES if n != "gdpo" and get_spec(n).tracker is None]
+
+
+@pytest.mark.parametrize("name", OMITTING)
+def test_omitted_nan_rewards_are_left_out_of_every_statistic(
+    xp: Any, device: Any, name: str
+) -> None:
+    """nan_policy="omit": the rows with a NaN reward get 0 and count nowhere, so the others
+    are the reference's on the batch without them (groups, batch statistics, lengths)."""
+    rng = np.random.default_rng(zlib.crc32(f"{name}-omit-{SEED}".encode()))
+    rewards, labels, _ = _batch(rng, "segmented", DOMAIN.get(name, "any"))
+    n = len(rewards)
+    kept = rng.random(n) < 0.7
+    kept[: min(n, 2)] = True
+    inputs = {**_inputs(name, rng, n), **OPTIONS.get(name, {})}
+    kept_labels = [label for label, keep in zip(labels, kept, strict=True) if keep]
+    arrays = {k: v for k, v in inputs.items() if isinstance(v, np.ndarray)}
+    expected = np.zeros(n)
+    expected[kept] = reference(
+        name, rewards[kept], kept_labels, **{**inputs, **{k: v[kept] for k, v in arrays.items()}}
+    )
+    r = xp.asarray(np.where(kept, rewards, np.nan), dtype=xp.float64, device=device)
+    given = {k: xp.asarray(v, dtype=xp.float64, device=device) for k, v in arrays.items()}
+    options = {k: v for k, v in inputs.items() if k not in arrays}
+    result = compute_advantages(r, name, group_ids=labels, nan_policy="omit", **given, **options)
+    assert_close(result.advantages, expected, like=r, rtol=1e-10, atol=1e-10)
+    assert not np.any(to_numpy(result.valid)[~kept])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_tensor_without_values_is_refused_in_one_line(name: str) -> None:
+    """torch's meta device holds shapes only: every estimator refuses it by name, rather
+    than returning advantages that were never computed."""
+    torch = pytest.importorskip("torch")
+    shape = (4, 3) if DOMAIN.get(name) == "components" else (4,)
+    inputs = {k: torch.ones(4, device="meta") for k in _inputs(name, np.random.default_rng(0), 4)}
+    with pytest.raises(ValueError, match=r"expected a tensor with values, got one on the meta"):
+        compute_advantages(
+            torch.ones(shape, device="meta"), name, group_size=2, **inputs,
+            **OPTIONS.get(name, {}),
+        )  # fmt: skip
 
 
 def _check_memory(

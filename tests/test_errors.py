@@ -13,6 +13,7 @@ from advbudget import (
     token_advantages,
 )
 from advbudget.testing import assert_close, to_numpy
+from advbudget.theory import implied_slope
 
 
 def test_nan_and_inf_rewards(xp):
@@ -246,3 +247,25 @@ def test_singletons_refuse_names_the_group_of_one(xp):
     np.testing.assert_array_equal(to_numpy(refused.advantages), to_numpy(skipped.advantages))
     with pytest.raises(ValueError, match=r"singletons: expected one of .*'refuse'.* got 'keep'"):
         compute_advantages(rewards, "dr", group_ids=ids, singletons="keep")
+
+
+def test_missing_inputs_and_bad_options_are_named():
+    rewards = np.array([1.0, 0.0, 1.0, 1.0])
+    with pytest.raises(ValueError, match="response_lengths: the opo estimator needs the token"):
+        compute_advantages(rewards, "opo", group_size=2)
+    with pytest.raises(ValueError, match=r"response_lengths: expected one value per rollout"):
+        compute_advantages(rewards, "opo", group_size=2, response_lengths=[1.0, 2.0])
+    with pytest.raises(ValueError, match="norm_adv_by_std: expected True or False, got 'yes'"):
+        compute_advantages(rewards, "grpo_passk", group_size=2, norm_adv_by_std="yes")
+    with pytest.raises(ValueError, match="f_norm: expected a positive finite number, got 0"):
+        compute_advantages(rewards, "gpg", group_size=2, f_norm=0)
+    with pytest.raises(ValueError, match="var_eps: expected a finite number >= 0, got -1"):
+        compute_advantages(rewards, "reinforce", group_size=2, var_eps=-1)
+    with pytest.raises(ValueError, match=r"std_correction: expected 0 .* got 2"):
+        compute_advantages(rewards, "reinforce_baseline", group_size=2, std_correction=2)
+    with pytest.raises(TypeError, match="eps: not an option of estimator 'gpg'"):
+        compute_advantages(rewards, "gpg", group_size=2, eps=1e-6)
+    with pytest.raises(ValueError, match="singletons: expected 'skip' for the grpo_passk"):
+        compute_advantages(rewards, "grpo_passk", group_size=2, singletons="raw")
+    with pytest.raises(ValueError, match=r"response_lengths: the opo estimator needs .* constant"):
+        implied_slope("opo", 4, 0.5)

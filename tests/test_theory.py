@@ -88,3 +88,56 @@ def test_bad_arguments():
         implied_slope("nope", 8, 0.5)
     with pytest.raises(TypeError, match="estimator: expected a name or a callable"):
         binary_advantages(42, 8)
+
+
+# -- the other estimators' slopes ----------------------------------------------------------
+
+BINARY_P = [0.05, 0.3, 0.5, 0.95]  # for the slopes of the other estimators
+
+
+def test_implied_slopes_for_binary_rewards():
+    g = 8
+    dr = implied_slope("dr", g, BINARY_P)
+    np.testing.assert_allclose(dr, 7.0)
+    # Constant response lengths make opo dr; gpg, grpo_batch_std and the whitened
+    # REINFORCE baselines have dr's slope up to a positive batch factor (slope_of).
+    np.testing.assert_allclose(implied_slope("opo", g, BINARY_P, response_lengths=5), dr)
+    for name in ("gpg", "grpo_batch_std", "reinforce_baseline", "reinforce_plus_plus_baseline"):
+        np.testing.assert_allclose(implied_slope(name, g, BINARY_P), dr)
+    np.testing.assert_allclose(
+        implied_slope("rloo_normalized", g, BINARY_P), implied_slope("rloo", g, BINARY_P)
+    )
+    # ReMax with any constant baseline: every rollout's reward counts, slope G.
+    np.testing.assert_allclose(implied_slope("remax", g, BINARY_P, reward_baselines=0.3), 8.0)
+    # Pass@k: only k = 1 moves anything, A = 1 / (std + eps), std = 1/sqrt(G) (unbiased):
+    # slope = G (1-p)^(G-1) / (1/sqrt(G) + eps).
+    p = np.array(BINARY_P)
+    expected = g * (1 - p) ** (g - 1) / (1 / math.sqrt(g) + 1e-6)
+    np.testing.assert_allclose(implied_slope("grpo_passk", g, BINARY_P), expected, rtol=1e-12)
+    unnormalised = implied_slope("grpo_passk", g, BINARY_P, norm_adv_by_std=False)
+    np.testing.assert_allclose(unnormalised, g * (1 - p) ** (g - 1), rtol=1e-12)
+
+
+def test_binary_advantages_average_over_the_correct_rollouts():
+    correct, wrong = binary_advantages("grpo_passk", 4, norm_adv_by_std=False)
+    np.testing.assert_array_equal(correct, [np.nan, 1.0, 0.0, 0.0, 0.0])
+    np.testing.assert_array_equal(wrong, [0.0, 0.0, 0.0, 0.0, np.nan])
+
+    # A hand-made estimator that gives only the first correct rollout of a group 1: the
+    # mean over the k correct ones is 1/k, so k * correct[k] is the group's sum, 1.
+    def first_only(rewards, group_size):
+        table = np.asarray(rewards).reshape(-1, group_size)
+        out = np.zeros_like(table)
+        out[table[:, 0] == 1, 0] = 1.0
+        return out.reshape(-1)
+
+    correct, wrong = binary_advantages(first_only, 4)
+    np.testing.assert_allclose(correct[1:], [1.0, 0.5, 1 / 3, 0.25])
+    np.testing.assert_allclose(
+        implied_slope(first_only, 4, BINARY_P), _first_only_slope(np.array(BINARY_P))
+    )
+
+
+def _first_only_slope(p):
+    # The up-term only: sum_k C(4,k) k p^(k-1) (1-p)^(4-k) * (1/k).
+    return sum(math.comb(4, k) * p ** (k - 1) * (1 - p) ** (4 - k) for k in range(1, 5))

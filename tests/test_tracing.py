@@ -15,24 +15,17 @@ from hypothesis import strategies as st
 from advbudget import (
     budget_advantage,
     compute_advantages,
-    dr_advantage,
     estimator_names,
     get_spec,
-    group_normalized_advantage,
     make_groups,
-    rloo_advantage,
 )
 from advbudget.core._groups import Permuted
+from advbudget.core.estimators import BUILTINS
 
+from .estimators._shared import FUNCTIONS, inputs_for
 from .references import reference
 
 REWARDS = [1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 0.5, 0.0, 0.25, 1.0]
-FUNCTIONS = {
-    "budget": budget_advantage,
-    "grpo": group_normalized_advantage,
-    "dr": dr_advantage,
-    "rloo": rloo_advantage,
-}
 
 
 @pytest.mark.parametrize("estimator", FUNCTIONS)
@@ -146,7 +139,7 @@ def test_torch_compile_inductor_budget():
 
 N, G = 12, 4
 # Estimators with memory update it on the host, those of turns read labels there: both are
-# refused while traced (tests below and tests/test_gigpo.py).
+# refused while traced (tests below and tests/estimators/test_turns.py).
 ALL = [n for n in estimator_names() if get_spec(n).tracker is None and not get_spec(n).turns]
 LENGTHS = np.array([3.0, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8])
 BASELINES = np.linspace(-0.5, 0.5, N)
@@ -335,3 +328,33 @@ def test_torch_compile_omits_and_raises_as_eager():
     infinite[0] = math.inf
     with pytest.raises(RuntimeError, match="rewards: expected finite numbers, got infinite values"):
         omit(infinite)
+
+
+# Every estimator of the catalogue under jax.jit against its float64 reference: those with
+# memory are refused while traced (above), gigpo's and gdpo's jit tests are in their family
+# files (tests/estimators/test_turns.py, test_components.py).
+JITTED = [
+    spec.name
+    for spec in BUILTINS
+    if spec.tracker is None and not spec.turns and spec.name != "gdpo"
+]
+
+
+@pytest.mark.parametrize("name", JITTED)
+def test_jax_jit_matches_the_reference(name: str) -> None:
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    rng = np.random.default_rng(0)
+    values = [0.0, 1.0] if name == "passk" else [0.0, 0.5, 1.0]  # passk: binary outcomes
+    rewards = rng.choice(values, size=12)
+    inputs = inputs_for(name, rng, 12)
+
+    @jax.jit
+    def run(r: Any, kw: dict[str, Any]) -> Any:
+        return compute_advantages(r, name, group_size=4, **kw).advantages
+
+    with jax.enable_x64(True):
+        out = run(jnp.asarray(rewards), {k: jnp.asarray(v) for k, v in inputs.items()})
+    tie = 0.0 if get_spec(name).skips == "never" else 1e-6
+    expected = reference(name, rewards, np.arange(12) // 4, tie=tie, **inputs)
+    np.testing.assert_allclose(np.asarray(out), expected, rtol=1e-10, atol=1e-10)

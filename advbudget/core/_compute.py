@@ -559,11 +559,6 @@ def group_checked(
     checks.nonnegative_finite("tie_rtol", tie_rtol)
     checks.nonnegative_finite("tie_atol", tie_atol)
     device = device_of(rewards)
-    if str(device) == "meta":  # torch's shape-only tensors: nothing to compute on
-        raise ValueError(
-            "rewards: expected a tensor with values, got one on the meta device (shapes "
-            "only); move it to cpu or cuda first"
-        )
     dtype = compute_dtype(xp, rewards.dtype, device, "rewards")
     if rewards.dtype != dtype:
         rewards = xp.astype(rewards, dtype)

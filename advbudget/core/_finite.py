@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ._arrays import Array, backend, is_traced
+from ._arrays import Array, backend, device_of, is_traced
 
 NanPolicy = Literal["raise", "omit"]
 """``nan_policy=``: ``"raise"`` on a NaN reward (the default), or ``"omit"``: leave the
@@ -23,6 +23,11 @@ def check_finite(
     xp: Any, rewards: Array, nan_policy: NanPolicy, name: str
 ) -> tuple[Array, Array | None]:
     """The rewards, and None if all are finite or the mask of non-NaN ones under "omit"."""
+    if str(device_of(rewards)) == "meta":  # torch's shape-only tensors: nothing to read
+        raise ValueError(
+            f"{name}: expected a tensor with values, got one on the meta device (shapes "
+            "only); move it to cpu or cuda first"
+        )
     if is_traced(rewards):
         return check_finite_traced(xp, rewards, name, omit_nan=nan_policy == "omit")
     # One reduction and one sync in the common case: a finite sum means every reward is

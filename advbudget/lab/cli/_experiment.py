@@ -25,7 +25,7 @@ app = typer.Typer(
     add_completion=False,
 )
 
-DEFAULT_CACHE = Path("~/.cache/advbudget/lab/lm")
+DEFAULT_CACHE = Path("~/.cache/advbudget/lm")
 
 
 @app.command("lm")

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from advbudget import EstimatorState, compute_advantages
 from advbudget.core import spo_rho
 
-from .references import reference
+from ..references import reference
 
 
 def rae(rewards: Any, prompts: Any, state: EstimatorState, **options: Any) -> list[float]:

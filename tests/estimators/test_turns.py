@@ -20,7 +20,7 @@ from advbudget import compute_advantages
 from advbudget.metrics import advantage_metrics
 from advbudget.testing import assert_close, to_numpy
 
-from .references import reference
+from ..references import reference
 
 NAN = math.nan
 # The worked example: T1 acts from s0, s1, s2 with turn rewards 0, 0, 1 and reward 1; T2

@@ -16,7 +16,7 @@ from advbudget import compute_advantages, estimator_names
 from advbudget.metrics import advantage_metrics
 from advbudget.testing import assert_close, to_numpy
 
-from .references import dqw, reference, solved_share
+from ..references import dqw, reference, solved_share
 
 TIE = 1e-6
 
@@ -300,59 +300,3 @@ def test_bad_solved_reward_and_dgpo_options() -> None:
         compute_advantages(np.array([1.0, 0]), "dgpo", group_size=2, temperature=-1)
     with pytest.raises(ValueError, match=r"^dqw: "):
         compute_advantages(np.array([1.0, 0]), "dgpo", group_size=2, dqw="yes")
-
-
-def test_explain_shows_a_weighted_table() -> None:
-    from typer.testing import CliRunner
-
-    from advbudget.lab.cli import app
-
-    plain = CliRunner().invoke(app, ["explain", "-G", "4", "--estimators", "grpo"])
-    weighted = CliRunner().invoke(
-        app, ["explain", "-G", "4", "--estimators", "grpo", "--group-weight", "grpo_lead"]
-    )
-    assert plain.exit_code == weighted.exit_code == 0
-    # k = 1: GRPO's +1.5 / -0.5, weighted by w(1/4) and w(3/4) (the SPEC's example)
-    assert "+1.5000 -0.5000" in plain.output
-    assert "+2.2390 -0.4750" in weighted.output
-    assert "multiplies every advantage" in weighted.output
-    bad = CliRunner().invoke(app, ["explain", "--group-weight", "lead"])
-    assert bad.exit_code == 2
-    assert "expected one of grpo_lead, dqw, got 'lead'" in bad.output
-
-
-# -- the lab, the LM experiment and the command line take "<estimator>+<weight>" -----------
-
-
-def test_the_lab_trains_with_a_weighted_estimator() -> None:
-    """The same seed with and without the weight: identical rollouts at step 1, different
-    updates (the weight reaches the advantages), and the same accuracy at step 0."""
-    from advbudget.lab.sim import RunConfig, TaskConfig, make_task, train
-
-    task = make_task(TaskConfig(train_prompts=64, validation_prompts=64))
-    plain = train(RunConfig(estimator="grpo", steps=3, prompts_per_step=8), task)
-    lead = train(RunConfig(estimator="grpo+grpo_lead", steps=3, prompts_per_step=8), task)
-    assert plain["accuracy"][0] == lead["accuracy"][0]
-    assert not np.array_equal(plain["weights"], lead["weights"])
-    with pytest.raises(ValueError, match=r"^estimator: expected a name, or <estimator>\+<weight>"):
-        RunConfig(estimator="grpo+lead")
-
-
-def test_the_command_line_and_the_lm_config_take_weighted_names() -> None:
-    import typer
-
-    from advbudget.lab.cli._estimators import parse_estimators
-    from advbudget.lab.lm import LMConfig
-
-    assert parse_estimators("grpo, grpo+dqw,budget+grpo_lead") == (
-        "grpo",
-        "grpo+dqw",
-        "budget+grpo_lead",
-    )
-    with pytest.raises(typer.BadParameter, match="with a weight of 'grpo_lead', 'dqw'"):
-        parse_estimators("grpo+lead")
-    with pytest.raises(typer.BadParameter, match="nope"):
-        parse_estimators("nope+dqw")
-    with pytest.raises(typer.BadParameter, match="given with --group-weight"):
-        parse_estimators("grpo+dqw", weighted=False)
-    assert LMConfig(estimators=("grpo", "grpo+grpo_lead")).estimators[1] == "grpo+grpo_lead"
