@@ -5,12 +5,12 @@ OpenRLHF, tunix and SkyRL.
 ``import advbudget`` imports no ML framework; arrays of any namespace go in, arrays of
 the same namespace and device come out.
 
-This module re-exports the estimators of :mod:`advbudget.core`. Around them:
-:mod:`advbudget.metrics` and :mod:`advbudget.theory`; one adapter per trainer under
-:mod:`advbudget.adapters`; data, rewards and evaluation (:mod:`advbudget.lab.data`,
-:mod:`advbudget.rewards`, :mod:`advbudget.lab.eval`); the two experiments
-(:mod:`advbudget.lab.sim`, :mod:`advbudget.lab.lm`); and on top, importing them and imported by
-none, the ``advbudget`` command (:mod:`advbudget.lab.cli`).
+This module re-exports the estimators of :mod:`advbudget.core`. Around them, the rest of
+the library (numpy and array-api-compat are all it needs): :mod:`advbudget.metrics`,
+:mod:`advbudget.theory`, :mod:`advbudget.rewards`, :mod:`advbudget.testing` and one adapter
+per trainer under :mod:`advbudget.adapters`. On top, importing the library and imported by
+none of it, the lab (:mod:`advbudget.lab`, the ``lab`` extra): data preparation,
+evaluation, the two experiments and the ``advbudget`` command.
 """
 
 from .core import (

@@ -103,6 +103,22 @@ def test_installing_advbudget_patches_nothing(framework: str) -> None:
     assert found["foreign"] == []
 
 
+def test_the_adapter_needs_no_part_of_the_lab(framework: str) -> None:
+    """The adapter's face and its step (the estimators, the metrics, the rewards) import
+    nothing of advbudget.lab: ``pip install advbudget`` and the trainer are enough."""
+    code = (
+        "import sys, importlib; "
+        f"importlib.import_module('advbudget.adapters.{framework}'); "
+        "import advbudget.metrics, advbudget.rewards; "
+        "print(sorted(m for m in sys.modules if m.startswith('advbudget.lab')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
 # -- options ----------------------------------------------------------------------------
 
 BAD = {
