@@ -269,3 +269,28 @@ def test_missing_inputs_and_bad_options_are_named():
         compute_advantages(rewards, "grpo_passk", group_size=2, singletons="raw")
     with pytest.raises(ValueError, match=r"response_lengths: the opo estimator needs .* constant"):
         implied_slope("opo", 4, 0.5)
+
+
+def test_an_input_that_is_not_finite_is_named_with_its_first_position(xp):
+    """An estimator's inputs are checked like the rewards, without the rewards' hint (a NaN
+    length cannot be omitted)."""
+    from advbudget import turn_returns
+
+    rewards = xp.asarray([1.0, 0.0, 1.0, 0.0], dtype=xp.float64)
+    lengths = xp.asarray([1.0, 2.0, float("nan"), float("inf")], dtype=xp.float64)
+    with pytest.raises(
+        ValueError, match=r"^response_lengths: expected finite numbers, got 1 of 4 \(first at "
+        r"index 3\) infinite$",
+    ):  # fmt: skip
+        compute_advantages(rewards, "opo", group_size=2, response_lengths=lengths)
+    with_nan = xp.asarray([1.0, 2.0, float("nan"), 4.0], dtype=xp.float64)
+    with pytest.raises(
+        ValueError, match=r"^response_lengths: expected finite numbers, got 1 of 4 \(first at "
+        r"index 2\) NaN$",
+    ):  # fmt: skip
+        compute_advantages(rewards, "opo", group_size=2, response_lengths=with_nan)
+    with pytest.raises(
+        ValueError, match=r"^turn_rewards: expected finite numbers, got 1 of 3 \(first at index "
+        r"1\) NaN$",
+    ):  # fmt: skip
+        turn_returns(np.array([0.0, np.nan, 1.0]), ["a", "a", "b"])

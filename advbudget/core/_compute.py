@@ -20,7 +20,7 @@ import numpy as np
 from .. import checks
 from ._arrays import Array, as_array, backend, compute_dtype, device_of, is_traced, to_host
 from ._components import has_components, reward_columns
-from ._finite import NanPolicy, check_finite, check_finite_traced
+from ._finite import NanPolicy, check_finite
 from ._groups import Contiguous, Groups
 from ._labels import _factorize_host, build_groups
 from ._result import AdvantageResult
@@ -520,10 +520,7 @@ def _input_rows(
             )
         dtype = grouped.rewards.dtype
         array = xp.astype(array, dtype) if array.dtype != dtype else array
-        if is_traced(array):
-            array = check_finite_traced(xp, array, declared.name, omit_nan=False)[0]
-        elif not bool(xp.all(xp.isfinite(array))):
-            raise ValueError(f"{declared.name}: expected finite numbers, got NaN or inf")
+        array = check_finite(xp, array, "raise", declared.name, omittable=False)[0]
         out[declared.name] = groups.rows(array)
     return out
 

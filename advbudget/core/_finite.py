@@ -20,9 +20,11 @@ _OMIT_HINT = "pass nan_policy='omit' to leave unscored rollouts out of their gro
 
 
 def check_finite(
-    xp: Any, rewards: Array, nan_policy: NanPolicy, name: str
+    xp: Any, rewards: Array, nan_policy: NanPolicy, name: str, *, omittable: bool = True
 ) -> tuple[Array, Array | None]:
-    """The rewards, and None if all are finite or the mask of non-NaN ones under "omit"."""
+    """The rewards, and None if all are finite or the mask of non-NaN ones under "omit".
+    ``omittable``: whether a NaN could be omitted (rewards; not an estimator's inputs), for
+    the hint of the error."""
     if str(device_of(rewards)) == "meta":  # torch's shape-only tensors: nothing to read
         raise ValueError(
             f"{name}: expected a tensor with values, got one on the meta device (shapes "
@@ -43,7 +45,8 @@ def check_finite(
     if bool(xp.any(infinite)):
         raise ValueError(_not_finite(name, f"{_where_true(xp, infinite)} infinite"))
     if nan_policy == "raise":
-        raise ValueError(_not_finite(name, f"{_where_true(xp, nan)} NaN", _OMIT_HINT))
+        hint = _OMIT_HINT if omittable else ""
+        raise ValueError(_not_finite(name, f"{_where_true(xp, nan)} NaN", hint))
     return rewards, ~nan
 
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from .. import checks
 from ._arrays import Array, Namespace, as_array, compute_dtype, device_of, is_traced, to_host
+from ._finite import check_finite
 from ._labels import _factorize_host, _slot_order
 from ._stats import GroupedRewards
 
@@ -393,8 +394,7 @@ def turn_returns(turn_rewards: Any, trajectory_ids: Any, gamma: float = 1.0) -> 
     device = device_of(rewards)
     dtype = compute_dtype(xp, rewards.dtype, device, "turn_rewards")
     values = to_host(rewards).astype(np.float64)
-    if not np.isfinite(values).all():
-        raise ValueError("turn_rewards: expected finite numbers, got NaN or inf")
+    check_finite(np, values, "raise", "turn_rewards", omittable=False)
     n = values.shape[0]
     codes, count, _ = _factorize_host(_labels("trajectory_ids", trajectory_ids, n))
     order = _slot_order(codes, count)  # each trajectory's rows together, in row order
