@@ -88,7 +88,7 @@ def device(xp: Any) -> Any:
     backend has one (array_api_strict's "device1", jax's second host device, torch's CUDA
     where present), so a result that falls back to the default device fails its check;
     numpy's and a CPU-only torch's "cpu" otherwise. (torch's meta device holds no values:
-    the estimators refuse it, tests/test_errors.py.)"""
+    every estimator refuses it: tests/test_conformance.py.)"""
     name = xp.__name__
     if name.startswith("array_api_strict"):
         return xp.Device("device1")

@@ -1,7 +1,9 @@
 """Every estimator of the catalogue against its float64 reference (tests/references.py), on
-every grouping layout and backend: values in float64 and float32, the result's namespace,
-dtype and device, the valid mask, ties, constant groups and groups of one (scored raw where
-the estimator declares it, refused where it does not). A catalogue entry without a
+every grouping layout and backend, with its arrays on a device that is not the default
+where the backend has one (the ``device`` fixture): values in float64 and float32, the
+result's namespace, dtype and device, the valid mask, ties, constant groups and groups of
+one (scored raw where the estimator declares it, refused where it does not); NaN rewards
+omitted from every statistic; torch's meta tensors refused. A catalogue entry without a
 reference fails here."""
 
 from __future__ import annotations
