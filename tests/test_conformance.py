@@ -20,6 +20,7 @@ from advbudget import EstimatorState, compute_advantages, estimator_names, get_s
 from advbudget.core.estimators import BUILTINS
 from advbudget.testing import assert_close, to_numpy
 
+from .estimators._shared import inputs_for
 from .references import DEFAULTS, REFERENCES, reference
 
 SEED = int(os.environ.get("ADVBUDGET_TEST_SEED", "0"))
@@ -84,16 +85,6 @@ def _batch(
     return rewards, labels, sizes
 
 
-def _inputs(name: str, rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
-    out = {}
-    for declared in get_spec(name).inputs:
-        if declared.name == "response_lengths":
-            out[declared.name] = rng.integers(1, 40, size=n).astype(np.float64)
-        else:
-            out[declared.name] = rng.normal(size=n)
-    return out
-
-
 def _grouping(layout: str, rewards: Any, labels: list[str], sizes: list[int]) -> dict[str, Any]:
     if layout == "contiguous":
         return {"group_size": sizes[0]}
@@ -113,7 +104,7 @@ def test_matches_its_reference(xp: Any, device: Any, name: str, layout: str) -> 
     # jax compiles every new shape op by op: fewer trials there, same coverage elsewhere.
     for trial in range(2 if xp.__name__.startswith("jax") else 4):
         rewards, labels, sizes = _batch(rng, layout, DOMAIN.get(name, "any"))
-        inputs = {**_inputs(name, rng, len(rewards)), **OPTIONS.get(name, {})}
+        inputs = {**inputs_for(name, rng, len(rewards)), **OPTIONS.get(name, {})}
         raw = trial % 2 == 1 and 1 in sizes
         singletons = "raw" if raw and spec.raw_singletons else "skip"
         if spec.tracker is not None:
@@ -165,7 +156,7 @@ def test_omitted_nan_rewards_are_left_out_of_every_statistic(
     n = len(rewards)
     kept = rng.random(n) < 0.7
     kept[: min(n, 2)] = True
-    inputs = {**_inputs(name, rng, n), **OPTIONS.get(name, {})}
+    inputs = {**inputs_for(name, rng, n), **OPTIONS.get(name, {})}
     kept_labels = [label for label, keep in zip(labels, kept, strict=True) if keep]
     arrays = {k: v for k, v in inputs.items() if isinstance(v, np.ndarray)}
     expected = np.zeros(n)
@@ -186,7 +177,9 @@ def test_a_tensor_without_values_is_refused_in_one_line(name: str) -> None:
     than returning advantages that were never computed."""
     torch = pytest.importorskip("torch")
     shape = (4, 3) if DOMAIN.get(name) == "components" else (4,)
-    inputs = {k: torch.ones(4, device="meta") for k in _inputs(name, np.random.default_rng(0), 4)}
+    inputs = {
+        k: torch.ones(4, device="meta") for k in inputs_for(name, np.random.default_rng(0), 4)
+    }
     with pytest.raises(ValueError, match=r"expected a tensor with values, got one on the meta"):
         compute_advantages(
             torch.ones(shape, device="meta"), name, group_size=2, **inputs,

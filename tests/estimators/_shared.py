@@ -61,12 +61,14 @@ def check_hand_values(
 
 
 def inputs_for(name: str, rng: np.random.Generator, n: int) -> dict[str, Any]:
-    """Random values of the inputs ``name`` declares (lengths, ReMax's baselines)."""
+    """Random values of every input ``name`` declares: token counts for
+    ``response_lengths``, normal draws for the others (ReMax's baselines, spo's rho)."""
     out: dict[str, Any] = {}
-    if name == "remax":
-        out["reward_baselines"] = rng.normal(size=n)
-    if any(i.name == "response_lengths" for i in get_spec(name).inputs):
-        out["response_lengths"] = rng.integers(1, 40, size=n).astype(np.float64)
+    for declared in get_spec(name).inputs:
+        if declared.name == "response_lengths":
+            out[declared.name] = rng.integers(1, 40, size=n).astype(np.float64)
+        else:
+            out[declared.name] = rng.normal(size=n)
     return out
 
 
