@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-# Files users rely on that are not Python modules: a build that drops them still imports.
 # What `pip install advbudget` brings (pip's own tools aside), by distribution name.
 LIBRARY_DISTRIBUTIONS = {"advbudget", "numpy", "array-api-compat"}
 PIP_OWN = {"pip", "setuptools", "wheel"}
+# Files users rely on that are not Python modules: a build that drops them still imports.
 PACKAGE_DATA = (
     "advbudget/py.typed",
     "advbudget/lab/data/sample/dapo_sample.jsonl",

@@ -52,7 +52,7 @@ def test_every_extra_named_exists() -> None:
 
 
 def test_missing_dependency_hints_name_real_extras() -> None:
-    from advbudget.lab.cli._hints import EXTRAS
+    from advbudget.lab._hints import EXTRAS
 
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
         "optional-dependencies"

@@ -6,10 +6,14 @@ and checked; ``if TYPE_CHECKING:`` blocks are for the type checker only."""
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
+import tomllib
+
 import advbudget
+from advbudget.lab._hints import EXTRAS
 
 PACKAGE = Path(advbudget.__file__).parent
 CORE = "advbudget.core"
@@ -19,7 +23,7 @@ BELOW_THE_CORE = {"advbudget.checks"}
 # The packages outside the standard library that the core may import: its dependencies.
 CORE_DEPENDENCIES = {"numpy", "array_api_compat"}
 # The lab extra's packages: the library (everything outside advbudget.lab) imports none.
-LAB_PACKAGES = {"typer", "rich"}
+LAB_PACKAGES = {module for module, extra in EXTRAS.items() if extra == "lab"}
 
 
 def _module_name(path: Path) -> str:
@@ -139,6 +143,13 @@ def test_the_library_never_imports_the_lab() -> None:
     }
     found = {module: names for module, names in found.items() if names}
     assert not found, found
+
+
+def test_the_hints_know_the_lab_extras_packages() -> None:
+    # What the check above and the console script's hint take for the lab's packages.
+    project = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["project"]
+    required = project["optional-dependencies"]["lab"]
+    assert {re.split(r"[<>=!~ \[]", r)[0] for r in required} == LAB_PACKAGES
 
 
 def test_the_map_sees_an_edge_into_the_lab(tmp_path: Path) -> None:

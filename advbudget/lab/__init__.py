@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import sys
 
-LAB_PACKAGES = ("typer", "rich")  # what the lab extra adds; the command imports both
+from ._hints import EXTRAS, missing_dependency
 
 
 def main() -> None:
@@ -27,10 +27,7 @@ def main() -> None:
     try:
         from .cli import main as run
     except ModuleNotFoundError as error:
-        if error.name not in LAB_PACKAGES:
+        if EXTRAS.get((error.name or "").split(".")[0]) != "lab":
             raise
-        sys.exit(
-            f"advbudget: the command line is part of the lab, which needs {error.name} (not "
-            'installed): in the advbudget checkout run pip install -e ".[lab]"'
-        )
+        sys.exit(f"advbudget: {missing_dependency(error, 'the command line')}")
     run()

@@ -7,14 +7,15 @@ block wrote, and that JSON is checked to be what that command configures.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
+import runpy
 import shlex
 import subprocess
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from typer.testing import CliRunner
@@ -27,17 +28,7 @@ PAGE = ROOT / "docs" / "simulation.md"
 DATA = ROOT / "docs" / "data" / "sim"
 SCRIPT = ROOT / "docs" / "scripts" / "simulation_blocks.py"
 
-
-def _load_script():  # a docs script, not a module of the package
-    spec = importlib.util.spec_from_file_location("simulation_blocks", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_docs = _load_script()
+_docs = SimpleNamespace(**runpy.run_path(str(SCRIPT)))  # a docs script, not a package module
 TEXT = PAGE.read_text(encoding="utf-8")
 BLOCKS = dict(_docs.blocks(TEXT))
 STORED = sorted(name for name in BLOCKS if name not in ("task", "skills"))

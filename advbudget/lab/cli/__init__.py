@@ -10,8 +10,8 @@ has a module named after it, which calls the public functions of its subject pac
 - ``_experiment``: ``advbudget experiment lm`` (:mod:`advbudget.lab.lm`).
 
 The helpers they share: ``_errors`` (one-line errors, exit codes, no partial output),
-``_hints`` (the extra to install, the Hub out of reach), ``_preflight`` (paths checked
-before long work), ``_estimators`` (the one parser of ``--estimators`` lists), ``_help``
+``advbudget.lab._hints`` (the extra to install, the Hub out of reach), ``_preflight`` (paths
+checked before long work), ``_estimators`` (the one parser of ``--estimators`` lists), ``_help``
 (help reflowed for any terminal width), ``_tables`` (tables split to fit the terminal),
 ``_estimators_page`` (``estimators --markdown``, docs/estimators.md).
 
@@ -34,6 +34,7 @@ from advbudget import theory
 from advbudget.core import estimator_names, get_spec
 from advbudget.core._weights import GROUP_WEIGHTS
 
+from .._hints import missing_dependency
 from ._compare import compare_command
 from ._data import app as data_app
 from ._errors import CommandError, atomic_output, cli_errors
@@ -41,7 +42,6 @@ from ._estimators import parse_estimators
 from ._eval import eval_command
 from ._experiment import app as experiment_app
 from ._help import reflow_help
-from ._hints import missing_dependency
 from ._preflight import check_output_file
 from ._simulate import simulate_command
 from ._tables import fit_width

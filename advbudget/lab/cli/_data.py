@@ -13,11 +13,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from .._hints import hub_unreachable, missing_dependency, not_cached
 from ..data._prepare import FORMATS, PreparedData, check_split_options, parse_formats, prepare
 from ..data._problems import DEFAULT_SOURCE, DataError
 from ..data._samples import sample_path
 from ._errors import atomic_output, cli_errors, fail
-from ._hints import hub_unreachable, missing_dependency, not_cached
 from ._preflight import check_output_dir
 
 app = typer.Typer(

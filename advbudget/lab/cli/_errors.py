@@ -5,7 +5,7 @@ disk) becomes ``error: <path>: <what went wrong>`` and exit code 1, a
 :class:`KeyboardInterrupt` (Ctrl-C) ``error: interrupted`` and exit code 130 (as shells
 report SIGINT), a missing optional package (an :class:`ImportError`) the extra that
 brings it, the Hugging Face Hub out of reach what is not cached and how to fix it (both
-worded by :mod:`advbudget.lab.cli._hints`), and a :class:`CommandError` its own message and
+worded by :mod:`advbudget.lab._hints`), and a :class:`CommandError` its own message and
 code. No traceback.
 
 :func:`atomic_output` writes a file or a folder beside its destination and renames it
@@ -29,7 +29,7 @@ import typer
 
 from advbudget._io import WRITE_ERRORS, atomic_path
 
-from ._hints import hub_unreachable, missing_dependency, not_cached
+from .._hints import hub_unreachable, missing_dependency, not_cached
 
 F = TypeVar("F", bound=Callable[..., Any])
 

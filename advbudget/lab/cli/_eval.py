@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from .._hints import hub_unreachable, missing_dependency, not_cached
 from ..eval._benchmarks import BENCHMARKS
 from ..eval._protocol import PAPER_BENCHMARKS, PAPER_TEMPERATURE
 from ..eval._run import (
@@ -26,7 +27,6 @@ from ..eval._run import (
     write_outputs,
 )
 from ._errors import CommandError, atomic_output, cli_errors, describe, fail
-from ._hints import hub_unreachable, missing_dependency, not_cached
 from ._preflight import check_input_file, check_output_dir
 from ._tables import fit_width
 

@@ -12,11 +12,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from .._hints import missing_dependency
 from ..lm._config import PRESETS, LMConfig, lm_config
 from ..lm._experiment import DEAD_GROUP_KEYS, LEDGER_KEYS
 from ._errors import CommandError, cli_errors
 from ._estimators import parse_estimators
-from ._hints import missing_dependency
 from ._preflight import check_output_dir
 
 app = typer.Typer(

@@ -1,7 +1,8 @@
 """What to tell the user when something outside advbudget is missing: the extra that
 brings an optional package, or how to get a Hugging Face file that is not cached while the
-Hub cannot be reached. One line each, for :func:`advbudget.lab.cli._errors.cli_errors` and the
-commands that check before they start."""
+Hub cannot be reached. One line each, for :func:`advbudget.lab.cli._errors.cli_errors`, the
+commands that check before they start, and the console script when the lab's own packages
+are missing (:func:`advbudget.lab.main`: so this module imports nothing of the lab)."""
 
 from __future__ import annotations
 
