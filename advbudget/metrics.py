@@ -18,7 +18,7 @@ import numpy as np
 
 from ._ledger import LEDGER_KEYS, PromptLedger, prompt_key
 from .core import AdvantageResult, Groups
-from .core._arrays import Array, as_array, check_same_device, to_host
+from .core._arrays import Array, as_array, check_same_device, device_of, to_host
 from .core._kappa import (
     KappaPairs,
     kappa_eff_of_pairs,
@@ -170,6 +170,7 @@ def advantage_metric_dict(
     prefix: str = "advbudget/",
     *,
     solved_reward: float | None = DEFAULT_SOLVED_REWARD,
+    outcome_rewards: Any = None,
 ) -> dict[str, float]:
     """:func:`advantage_metrics` keyed for a logger: ``{prefix}skipped_group_fraction``, ...
 
@@ -183,7 +184,9 @@ def advantage_metric_dict(
         >>> advantage_metric_dict(result)["advbudget/solved_group_fraction"]
         0.5
     """
-    metrics = advantage_metrics(result, solved_reward=solved_reward)
+    metrics = advantage_metrics(
+        result, solved_reward=solved_reward, outcome_rewards=outcome_rewards
+    )
     return {prefix + key: value for key, value in metrics.items()}
 
 
@@ -224,6 +227,7 @@ def advantage_metrics(
     *,
     solved_reward: float | None = DEFAULT_SOLVED_REWARD,
     reward_resolution: float | None = None,
+    outcome_rewards: Any = None,
 ) -> dict[str, float]:
     """Advantage statistics of one batch, as Python floats for a logger.
 
@@ -249,7 +253,12 @@ def advantage_metrics(
     policy_versions=...)``): ``staleness_mean`` and ``staleness_max`` over every rollout,
     ``stale_fraction`` (beyond ``max_staleness``; 0 without it) and
     ``mixed_version_group_fraction`` (groups whose rollouts come from more than one
-    policy version).
+    policy version). With ``outcome_rewards`` (the outcome of each rollout, where the
+    rewards the estimator got are shaped: format or length terms on top of a verifier's
+    0/1): ``outcome_disagreement_group_fraction``, the share of groups whose skip decision
+    on the shaped rewards is not the one their outcomes give (a group all failed or all
+    solved but trained on the shaping's spread, verl-recipe#125's "phantom gradients", or
+    one skipped though its outcomes differ).
 
     The solved/unsolved split separates what ``skipped_group_fraction`` mixes (all wrong,
     all right). A large and flat ``unsolved_group_fraction`` over a run is the persistent
@@ -261,6 +270,10 @@ def advantage_metrics(
             success value of 0/1 verifiers and DAPO's +-1); None leaves the two keys out.
         reward_resolution: the smallest reward difference that means something (a
             positive number): adds ``near_tie_group_fraction``; None (default) leaves it out.
+        outcome_rewards: one outcome per rollout, in the rewards' order (any namespace; NaN:
+            no outcome): adds ``outcome_disagreement_group_fraction``, over the groups
+            with a reward and an outcome (NaN with none); outcomes are tied within the
+            call's tie tolerance. Not for multi-turn results.
 
     Examples:
         >>> import numpy as np
@@ -276,6 +289,7 @@ def advantage_metrics(
     solved_reward = check_solved_reward(solved_reward)
     if reward_resolution is not None:
         reward_resolution = _positive("reward_resolution", reward_resolution)
+    outcome = None if outcome_rewards is None else _outcomes(result, outcome_rewards)
     if result.trajectories is not None:  # multi-turn rows: each trajectory counts once
         result = result.trajectories.result
     xp = result.grouped.xp
@@ -298,6 +312,8 @@ def advantage_metrics(
     metrics.update(_difficulty_spread(result, reward_resolution))
     if result.grouped.staleness is not None:
         metrics.update(_staleness_metrics(result))
+    if outcome is not None:
+        metrics["outcome_disagreement_group_fraction"] = _disagreement(result, outcome)
     dropped = result.grouped.dropped
     with_reward = float(xp.sum(result.grouped.count))
     if dropped is not None:  # left out as stale, not for a NaN reward
@@ -344,6 +360,48 @@ def _difficulty_spread(result: AdvantageResult, resolution: float | None) -> dic
         near = (spread > tolerance) & (spread <= resolution)
         out["near_tie_group_fraction"] = float(near.mean()) if near.size else math.nan
     return out
+
+
+def _outcomes(result: AdvantageResult, values: Any) -> np.ndarray:
+    """``outcome_rewards`` on the host as float64, one per rollout, checked."""
+    if result.trajectories is not None:
+        raise ValueError(
+            "outcome_rewards: not supported on a multi-turn result (trajectory_ids=); "
+            "give the trajectory-level call's result"
+        )
+    n = int(result.advantages.shape[0])
+    try:
+        outcome = np.asarray(to_host(values), dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"outcome_rewards: expected one number per rollout, got {type(values).__name__}"
+        ) from None
+    if outcome.shape != (n,):
+        raise ValueError(
+            f"outcome_rewards: expected shape ({n},), one per rollout, got {outcome.shape}"
+        )
+    return outcome
+
+
+def _disagreement(result: AdvantageResult, outcome: np.ndarray) -> float:
+    """The share of groups (with a reward and an outcome) whose skip decision differs from
+    the outcomes' tie, over the rollouts that entered the group's statistics."""
+    g = result.grouped
+    groups, xp = g.groups, g.xp
+    rows = groups.rows(xp.asarray(outcome, dtype=g.rewards.dtype, device=device_of(g.rewards)))
+    known = ~xp.isnan(rows)
+    mask = known if g.present is None else (g.present & known)
+    if groups.is_rollout is not None:
+        mask = mask & groups.is_rollout
+    high, low = _extremes(groups, rows, mask)
+    high, low = np.asarray(to_host(high), np.float64), np.asarray(to_host(low), np.float64)
+    with_reward = np.asarray(to_host(groups.per_group(g.count > 0)), dtype=bool)
+    counted = with_reward & np.isfinite(high)  # not a group with no outcome
+    tolerance = g.tie_atol + g.tie_rtol * np.maximum(np.abs(high), np.abs(low))
+    tied = (high - low) <= tolerance
+    skipped = np.asarray(to_host(result.group_skipped), dtype=bool)
+    disagree = (tied != skipped)[counted]
+    return float(disagree.mean()) if disagree.size else math.nan
 
 
 def _extremes(groups: Groups, rows: Array, mask: Array | None) -> tuple[Array, Array]:

@@ -341,3 +341,74 @@ def test_one_clear_error_per_bad_input(overrides: dict[str, Any], message: str) 
     given = {**STALE, "stale_rollouts": "drop", **overrides}
     with pytest.raises(ValueError, match=message):
         compute_advantages(REWARDS, "grpo", group_size=4, **given)
+
+
+# -- shaped rewards beside their outcome (verl-recipe#125) ----------------------------------
+
+# Four groups of 4: all failed with a length term's spread (trained on shaping alone), mixed,
+# all solved, and a group whose outcomes differ but whose shaped rewards tie (skipped).
+OUTCOME = np.array([0, 0, 0, 0, 1, 0, 1, 0, 1, 1, 1, 1, 1, 0, 0, 0], dtype=np.float64)
+SHAPED = OUTCOME + np.array([0.1, 0.2, 0.1, 0.3, *[0.0] * 8, -1.0, 0, 0, 0])
+
+
+def test_outcome_disagreement_by_hand() -> None:
+    result = compute_advantages(SHAPED, "grpo", group_size=4)
+    assert to_numpy(result.group_skipped).tolist() == [False, False, True, True]
+    metrics = advantage_metrics(result, outcome_rewards=OUTCOME)
+    # group 0: trained, outcomes tied; group 3: skipped, outcomes differ.
+    assert metrics["outcome_disagreement_group_fraction"] == 0.5
+    assert "outcome_disagreement_group_fraction" not in advantage_metrics(result)
+    same = advantage_metrics(result, outcome_rewards=SHAPED)
+    assert same["outcome_disagreement_group_fraction"] == 0.0
+
+
+def test_outcome_disagreement_leaves_out_what_has_no_outcome_or_no_reward() -> None:
+    rewards = SHAPED.copy()
+    rewards[4:8] = NAN  # group 1: no reward (omitted): not counted
+    outcome = OUTCOME.copy()
+    outcome[12:16] = NAN  # group 3: no outcome: not counted
+    outcome[0] = NAN  # one rollout without an outcome: group 0 judged on the other three
+    result = compute_advantages(rewards, "grpo", group_size=4, nan_policy="omit")
+    metrics = advantage_metrics(result, outcome_rewards=outcome)
+    assert metrics["outcome_disagreement_group_fraction"] == 0.5  # groups 0 (yes), 2 (no)
+    none = np.full(16, NAN)
+    assert math.isnan(
+        advantage_metrics(result, outcome_rewards=none)["outcome_disagreement_group_fraction"]
+    )
+
+
+def test_outcome_disagreement_on_every_backend(xp: Any) -> None:
+    want = advantage_metrics(compute_advantages(SHAPED, "budget", group_size=4),
+                             outcome_rewards=OUTCOME)  # fmt: skip
+    for dtype in (xp.float64, xp.float32):
+        got = compute_advantages(xp.asarray(SHAPED, dtype=dtype), "budget", group_size=4)
+        metrics = advantage_metrics(got, outcome_rewards=xp.asarray(OUTCOME, dtype=dtype))
+        assert metrics["outcome_disagreement_group_fraction"] == 0.5
+        assert metrics == pytest.approx(want, rel=1e-6, abs=1e-6)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.sampled_from([0.0, 0.5, 1.0]), min_size=8, max_size=8 * 6).filter(
+        lambda r: len(r) % 4 == 0
+    ),
+    st.sampled_from(["grpo", "budget", "rloo", "maxrl"]),
+)
+def test_outcomes_equal_to_the_rewards_never_disagree(rewards: list[float], name: str) -> None:
+    result = compute_advantages(np.array(rewards), name, group_size=4)
+    metrics = advantage_metrics(result, outcome_rewards=rewards)
+    assert metrics["outcome_disagreement_group_fraction"] == 0.0
+
+
+def test_bad_outcomes_are_refused() -> None:
+    result = compute_advantages(SHAPED, "grpo", group_size=4)
+    with pytest.raises(ValueError, match=r"^outcome_rewards: expected shape \(16,\), one per"):
+        advantage_metrics(result, outcome_rewards=OUTCOME[:8])
+    with pytest.raises(ValueError, match=r"^outcome_rewards: expected one number per rollout"):
+        advantage_metrics(result, outcome_rewards=["a"] * 16)
+    turns = compute_advantages(
+        np.array([1.0, NAN, 0.0, 0.0]), "grpo", group_ids=[0, 0, 0, 0],
+        trajectory_ids=[0, 0, 1, 2],
+    )  # fmt: skip
+    with pytest.raises(ValueError, match=r"^outcome_rewards: not supported on a multi-turn"):
+        advantage_metrics(turns, outcome_rewards=[1.0, 1.0, 0.0, 0.0])

@@ -39,11 +39,14 @@ from ._options import AdapterOptions
 
 @dataclass(frozen=True)
 class Step:
-    """One step's advantages, as the adapter computed them, and the run's options."""
+    """One step's advantages, as the adapter computed them, and the run's options.
+    ``outcome``: each rollout's outcome where the framework keeps one beside a shaped
+    reward (OpenRLHF's ``scores``), for ``outcome_disagreement_group_fraction``."""
 
     result: AdvantageResult
     options: AdapterOptions
     prefix: str = "advbudget/"
+    outcome: Any = None
 
 
 def defined(metrics: Mapping[str, float]) -> dict[str, float]:
@@ -62,7 +65,10 @@ def step_metrics(step: Step) -> dict[str, float]:
     """The step's advantage metrics (:func:`~advbudget.metrics.advantage_metrics`),
     prefixed, NaN left out."""
     metrics = advantage_metric_dict(
-        step.result, step.prefix, solved_reward=step.options.solved_reward
+        step.result,
+        step.prefix,
+        solved_reward=step.options.solved_reward,
+        outcome_rewards=step.outcome,
     )
     return defined(metrics)
 
@@ -80,7 +86,7 @@ def per_sample_metrics(step: Step) -> dict[str, list[float]]:
     """
     result, solved_reward = step.result, step.options.solved_reward
     index = to_host(result.group_index).astype(np.int64)
-    batch = advantage_metrics(result, solved_reward=solved_reward)
+    batch = advantage_metrics(result, solved_reward=solved_reward, outcome_rewards=step.outcome)
     values: dict[str, np.ndarray] = {"skipped_group_fraction": to_host(result.group_skipped)[index]}
     if solved_reward is not None:
         outcomes = group_outcomes(result, solved_reward)
@@ -119,6 +125,7 @@ BATCH_WIDE = (
     "staleness_max",
     "stale_fraction",
     "mixed_version_group_fraction",
+    "outcome_disagreement_group_fraction",  # with outcomes beside shaped rewards
 )
 
 

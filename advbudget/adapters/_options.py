@@ -13,6 +13,7 @@ from typing import Any
 
 from advbudget.adapters import Convention
 from advbudget.core import EstimatorSpec
+from advbudget.core._staleness import STALE_RULES
 from advbudget.core._weights import GroupWeight, parse_group_weight
 from advbudget.metrics import DEFAULT_SOLVED_REWARD, check_solved_reward
 
@@ -130,6 +131,46 @@ def parse_max_generation_batches(value: Any, name: str) -> int:
     return parse_int(value, name, low=1)
 
 
+def parse_max_staleness(value: Any, name: str, off: str) -> int | None:
+    """A ``max_staleness`` option: an int >= 0 (a command line's numeric string too) or
+    one of :data:`OFF_WORDS` (None: nothing is stale).
+
+    Examples:
+        >>> parse_max_staleness("1", "--advbudget.max_staleness", "none")
+        1
+        >>> print(parse_max_staleness("none", "--advbudget.max_staleness", "none"))
+        None
+        >>> parse_max_staleness(-1, "max_staleness", "None")
+        Traceback (most recent call last):
+        ...
+        ValueError: max_staleness: expected an int >= 0 or None (off), got -1
+    """
+    if isinstance(value, str) and value.strip().lower() in OFF_WORDS:
+        return None
+    try:
+        return parse_int(value, name, low=0)
+    except ValueError:
+        raise ValueError(f"{name}: expected an int >= 0 or {off} (off), got {value!r}") from None
+
+
+def parse_stale_rollouts(value: Any, name: str) -> str:
+    """A ``stale_rollouts`` option: one of the core's rules (``keep``, ``baseline_only``,
+    ``drop``, ``drop_group``), case and spaces aside.
+
+    Examples:
+        >>> parse_stale_rollouts(" Baseline_Only", "--advbudget.stale_rollouts")
+        'baseline_only'
+        >>> parse_stale_rollouts("withhold", "stale_rollouts")
+        Traceback (most recent call last):
+        ...
+        ValueError: stale_rollouts: expected one of keep, baseline_only, drop, drop_group, ...
+    """
+    text = value.strip().lower() if isinstance(value, str) else None
+    if text not in STALE_RULES:
+        raise ValueError(f"{name}: expected one of {', '.join(STALE_RULES)}, got {value!r}")
+    return text
+
+
 class _Unset(enum.Enum):
     UNSET = "unset"
 
@@ -143,6 +184,10 @@ DEFAULT_MAX_GENERATION_BATCHES = 10
 
 #: The core's options besides each estimator's own, read by every adapter.
 CORE_OPTIONS = ("tie_rtol", "tie_atol", "nan_policy")
+
+#: The options of stale rollouts, one setting in every framework; honoured where the adapter
+#: knows which policy version sampled each rollout (else refused with the reason).
+STALENESS_OPTIONS = ("max_staleness", "stale_rollouts")
 
 #: The value of ``spo``'s ``rho`` that asks the adapter for SPO's KL-adaptive forgetting,
 #: measured from the trainer's log-probs (:class:`~._features.LastResponses`).
@@ -172,6 +217,10 @@ class AdapterOptions:
             its solved share uses ``solved_reward`` (1.0 when the split is off).
         kl_rho: ``rho="kl"``: ``spo`` forgets at SPO's KL-adaptive rate, which the
             adapter measures from the policy's log-probs each step.
+        max_staleness: a rollout sampled more than this many policy versions before the
+            update is stale (None: none is); only where the framework stamps versions.
+        stale_rollouts: what stale rollouts do (the core's ``stale_rollouts``: ``keep``,
+            ``baseline_only``, ``drop``, ``drop_group``).
     """
 
     framework: str
@@ -182,6 +231,8 @@ class AdapterOptions:
     kappa_every: int = 0
     group_weight: GroupWeight | None = None
     kl_rho: bool = False
+    max_staleness: int | None = None
+    stale_rollouts: str = "keep"
 
     @property
     def prompt_ledger(self) -> bool:
@@ -198,6 +249,7 @@ class AdapterOptions:
         off: str = "None",
         resample_refused: str | None = None,
         kl_rho_refused: str | None = None,
+        staleness_refused: str | None = None,
     ) -> AdapterOptions:
         """The options of one run: ``read(name)`` is the framework's value of option
         ``name`` (:data:`UNSET` when unset), ``key(name)`` the framework's own key for it (named by
@@ -242,6 +294,7 @@ class AdapterOptions:
         every = read("kappa_every")
         skipped = read("skipped_groups")
         weight = read("group_weight")
+        max_staleness, stale_rollouts = _staleness(read, key, off, staleness_refused)
         return cls(
             framework=convention.framework,
             estimator_options=MappingProxyType(estimator_options),
@@ -271,6 +324,8 @@ class AdapterOptions:
                 None if weight is UNSET else parse_group_weight_option(weight, key("group_weight"))
             ),
             kl_rho=kl_rho,
+            max_staleness=max_staleness,
+            stale_rollouts=stale_rollouts,
         )
 
     def weight_keywords(self) -> dict[str, Any]:
@@ -281,6 +336,16 @@ class AdapterOptions:
         bar = DEFAULT_SOLVED_REWARD if self.solved_reward is None else self.solved_reward
         return {"group_weight": self.group_weight, "solved_reward": bar}
 
+    def staleness_keywords(self, policy_versions: Any, current_version: int) -> dict[str, Any]:
+        """The :func:`~advbudget.compute_advantages` keywords of the step's policy versions
+        (one per rollout, as the framework stamped them) and the rule of this run."""
+        return {
+            "policy_versions": policy_versions,
+            "current_version": current_version,
+            "max_staleness": self.max_staleness,
+            "stale_rollouts": self.stale_rollouts,
+        }
+
     def compute_keywords(self, spec: EstimatorSpec) -> dict[str, Any]:
         """The :func:`~advbudget.compute_advantages` keywords this run gives estimator
         ``spec``: the options given that it takes, the core's (:data:`CORE_OPTIONS`), and
@@ -289,6 +354,27 @@ class AdapterOptions:
         takes = {o.name for o in spec.options} | set(CORE_OPTIONS)
         given = {k: v for k, v in self.estimator_options.items() if k in takes}
         return {**given, **self.weight_keywords()}
+
+
+def _staleness(
+    read: Callable[[str], Any], key: Callable[[str], str], off: str, refused: str | None
+) -> tuple[int | None, str]:
+    """``max_staleness`` and ``stale_rollouts`` of one run (see :meth:`AdapterOptions.parse`):
+    a rule other than ``keep`` needs ``max_staleness`` (without it nothing is stale)."""
+    limit, rule = read("max_staleness"), read("stale_rollouts")
+    for name, value in (("max_staleness", limit), ("stale_rollouts", rule)):
+        if value is not UNSET and refused is not None:
+            raise ValueError(f"{key(name)}: not available here: {refused}")
+    max_staleness = (
+        None if limit is UNSET else parse_max_staleness(limit, key("max_staleness"), off)
+    )
+    stale_rollouts = "keep" if rule is UNSET else parse_stale_rollouts(rule, key("stale_rollouts"))
+    if stale_rollouts != "keep" and max_staleness is None:
+        raise ValueError(
+            f"{key('stale_rollouts')}: {stale_rollouts!r} acts on stale rollouts, and none is "
+            f"stale without {key('max_staleness')} (give the versions a rollout may lag)"
+        )
+    return max_staleness, stale_rollouts
 
 
 def parse_int(value: Any, name: str, *, low: int) -> int:

@@ -17,10 +17,13 @@ checks, its trainer) with three changes:
   advantage 0 as OpenRLHF does, dropped from the loss and its normaliser by zeroing their
   action mask, or resampled by OpenRLHF's dynamic filtering deciding with the estimator's
   skip rule; default keep), ``--advbudget.max_generation_batches N`` (resample's bound:
-  at most N times the step's prompts generated per step; default 10) and
-  ``--advbudget.parse_only`` (parse and run OpenRLHF's argument checks, print the
-  estimator, stop before Ray starts; only the parser block of ``train_ppo_ray`` runs, so
-  no vLLM or flash-attn is needed);
+  at most N times the step's prompts generated per step; default 10),
+  ``--advbudget.max_staleness K`` and ``--advbudget.stale_rollouts
+  keep|baseline_only|drop|drop_group`` (samples generated more than K weight syncs before
+  the update, in async training: the core's staleness rules; default: none is stale, the
+  metrics report the lag) and ``--advbudget.parse_only`` (parse and run OpenRLHF's
+  argument checks, print the estimator, stop before Ray starts; only the parser block of
+  ``train_ppo_ray`` runs, so no vLLM or flash-attn is needed);
 - Ray is initialised with our patch as ``worker_process_setup_hook`` (plus OpenRLHF's own
   env_vars) so that the ``PPOTrainer`` actor computes our advantages. Under ``ray job
   submit`` the job's ``--runtime-env-json`` may carry the hook too (needed when the job runs
@@ -65,6 +68,8 @@ _OWN_FLAGS = (
     "group_weight",
     "skipped_groups",
     "max_generation_batches",
+    "max_staleness",
+    "stale_rollouts",
 )
 SKIPPED_FLAG = key_of("skipped_groups")
 ROUNDS_FLAG = key_of("max_generation_batches")
@@ -221,6 +226,20 @@ def _add_own_flags(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=f"resample: at most N times the step's prompts generated per step (default "
         f"{DEFAULT_MAX_GENERATION_BATCHES})",
+    )
+    parser.add_argument(
+        key_of("max_staleness"),
+        type=str,
+        default=None,
+        help="a sample generated more than K policy versions (weight syncs) before the "
+        "update is stale (default: none is); async training",
+    )
+    parser.add_argument(
+        key_of("stale_rollouts"),
+        type=str,
+        default=None,
+        help="keep (default: metrics only), baseline_only (in the group's statistics, then "
+        "advantage 0), drop (out of the group before its statistics) or drop_group",
     )
     parser.add_argument("--advbudget.parse_only", action="store_true", default=False)
 

@@ -30,6 +30,9 @@ every estimator but ``advbudget_reinforce``, OpenRLHF's ``reinforce`` being the 
 its own that ``train_ppo_ray`` runs with one sample (:func:`needs_groups`).
 
 ADDED, from the step's one result and the run's options (read once, :mod:`._options`):
+each sample's policy version (:mod:`._policy_versions`) with ``--advbudget.max_staleness``
+and ``--advbudget.stale_rollouts`` (the core's staleness rules; the staleness metrics on
+every step);
 ``info["advbudget/..."]``, the advantage metrics as per-sample lists whose sample means
 OpenRLHF logs (:func:`~advbudget.adapters._features.per_sample_metrics`; the solved/unsolved
 split at ``--advbudget.solved_reward``, default 1.0, ``none`` turns it off); and, when
@@ -64,6 +67,7 @@ from .._options import CORE_OPTIONS, AdapterOptions
 from ._convention import OPENRLHF
 from ._hooks import actor_log_probs, data_parallel_ranks, ray_ships_views_compactly
 from ._options import key_of, options_of, read_options
+from ._policy_versions import published, take_versions
 from ._returns import cumulative_returns
 
 _logger = logging.getLogger("advbudget.adapters.openrlhf")
@@ -169,8 +173,12 @@ def compute_advantages_and_returns(
         "OpenRLHF's experiences carry no prompt text (experience.prompts)",
         rho=rho,
     )
-    result = compute_advantages(rewards, core, groups=groups, **options, **inputs, **memory)
-    step = Step(result, run, METRIC_PREFIX)  # the step's one result: every feature reads it
+    staleness = _staleness(run, experiences)
+    result = compute_advantages(
+        rewards, core, groups=groups, **options, **inputs, **memory, **staleness
+    )
+    # the step's one result: every feature reads it
+    step = Step(result, run, METRIC_PREFIX, outcome=_outcomes(experiences))
 
     # OpenRLHF whitens the per-token returns of its reinforce and reinforce_baseline over
     # every action token of the step, after the KL term: their mirrors do too, and their
@@ -244,6 +252,32 @@ def compute_advantages_and_returns(
         _drop_skipped_rows(maker, experiences, dropped_rows(step), layout, mask)
     _remember_for_kappa(maker, experiences, step)
     return experiences
+
+
+def _outcomes(experiences: list[Any]) -> Any:
+    """Each sample's ``scores`` (the reward function's outcome, which dynamic filtering
+    reads) where every experience has them: the rewards may be shaped beside them (the
+    length penalties, a reward function's own terms). None otherwise."""
+    import torch
+
+    if any(experience.scores is None for experience in experiences):
+        return None
+    return torch.cat([experience.scores.reshape(-1) for experience in experiences])
+
+
+def _staleness(run: AdapterOptions, experiences: list[Any]) -> dict[str, Any]:
+    """The step's policy versions (each sample's stamp, :mod:`._policy_versions`) and the
+    run's rule, for the core; none where the samples carry no stamp (a generator without
+    the patch), which ``--advbudget.max_staleness`` refuses."""
+    versions = take_versions(experiences)
+    if versions is None:
+        if run.max_staleness is not None:
+            raise ValueError(
+                f"{key_of('max_staleness')}: the samples carry no policy version (they were "
+                "generated without advbudget's patch of OpenRLHF's samples generator)"
+            )
+        return {}
+    return run.staleness_keywords(versions, published())
 
 
 def _drop_skipped_rows(

@@ -20,6 +20,10 @@ attribute.
 - ``BasePPOTrainer.save_logs_and_checkpoints`` / ``init_checkpoint_states``: the run's
   memory (:func:`._estimators.run_memory`: the prompt ledger, an estimator's state) into
   the checkpoint's ``client_states`` at the steps OpenRLHF saves, and back on resume;
+- ``BasePPOTrainer.broadcast_to_vllm`` (the async ``TrainingActor`` calls it inside its
+  vLLM lock), with ``ppo_train`` and ``init_checkpoint_states`` keeping the trainer's
+  weights version: publishes the version of the weights sent to the engines
+  (:mod:`._policy_versions`), which the generation stamps on each sample;
 - ``BasePPOTrainer.__init__``: binds these wrappers on the trainer instance too. ``@ray.remote``
   copies every method, inherited ones included, onto the actor class when the class is
   decorated (ray 2.55: ``actor.py:2684`` ``_inject_tracing_into_class`` sets a tracing
@@ -31,13 +35,18 @@ attribute.
   wins over both copies, whatever the import order and the driver did;
 - the samples generator's vLLM generation: with dynamic filtering, our estimators and
   ``--advbudget.skipped_groups resample``, :func:`._resample.generate` (the estimator's skip
-  rule, ``--advbudget.max_generation_batches``); else OpenRLHF's;
+  rule, ``--advbudget.max_generation_batches``); else OpenRLHF's; with our estimators,
+  each sample stamped with the policy version that generated it;
 - ``aggregate_loss`` and ``masked_mean`` where OpenRLHF's loss code looks them up
   (``openrlhf.models.loss``, its re-export in ``openrlhf.models``,
   ``openrlhf.trainer.ray.ppo_actor``): a normaliser or mask sum
   of 0 becomes 1, so a step or micro-batch whose rows ``drop`` all masked gives a 0 loss
   and 0 metrics instead of 0/0 (NaN gradients). Any other value passes unchanged, and
-  OpenRLHF never builds an empty mask itself, so ``keep`` runs bit for bit as before.
+  OpenRLHF never builds an empty mask itself, so ``keep`` runs bit for bit as before;
+- ``DeepspeedStrategy.all_reduce``: a micro-step whose rows ``drop`` all masked on every
+  rank (a step of stale samples only) reduces to 0 action tokens, which the actor's metric
+  means divide by (``ppo_actor.py:219, 254``): the count becomes :data:`_NO_TOKENS`, so
+  those means are 0 and every other count is unchanged in float64.
 
 They run inside Ray actors (``PPOTrainer``, the model ranks), not the driver, so the patch
 must be installed there: pass :data:`HOOK` as Ray's ``worker_process_setup_hook``::
@@ -73,6 +82,7 @@ _GENERATOR = "openrlhf.trainer.ppo_utils.samples_generator"
 _LOSS = "openrlhf.models.loss"
 _MODELS = "openrlhf.models"
 _ACTOR = "openrlhf.trainer.ray.ppo_actor"
+_STRATEGY = "openrlhf.utils.deepspeed.deepspeed"
 _EXPERIENCES = "List[openrlhf.trainer.ppo_utils.experience.Experience]"
 _GROUP = "openrlhf.trainer.ray.launcher.RayActorGroup"
 _NORMALISED = (
@@ -126,6 +136,13 @@ PATCHED: tuple[Hook, ...] = (
         "wrap",
     ),
     Hook(
+        _TRAINER,
+        "BasePPOTrainer.broadcast_to_vllm",
+        "(self) -> None",
+        "openrlhf/trainer/ppo_trainer.py:300",
+        "wrap",
+    ),
+    Hook(
         _GENERATOR,
         "SamplesGenerator._generate_vllm",
         "(self, dataloader_iter, num_prompts: int, dynamic_filtering, **generate_kwargs) -> "
@@ -140,6 +157,15 @@ PATCHED: tuple[Hook, ...] = (
     Hook(_LOSS, "masked_mean", _MASKED_MEAN, "openrlhf/models/loss.py:8", "wrap"),
     Hook(_ACTOR, "aggregate_loss", _NORMALISED, "openrlhf/trainer/ray/ppo_actor.py:15", "wrap"),
     Hook(_ACTOR, "masked_mean", _MASKED_MEAN, "openrlhf/trainer/ray/ppo_actor.py:16", "wrap"),
+    # The actor's metrics of one micro-step, summed over the ranks, are divided by their
+    # action-token count (ppo_actor.py:200-219, then :254 over the micro-steps).
+    Hook(
+        _STRATEGY,
+        "DeepspeedStrategy.all_reduce",
+        "(self, data, op='mean')",
+        "openrlhf/utils/deepspeed/deepspeed.py:599",
+        "wrap",
+    ),
 )
 
 HOOKS: tuple[Hook, ...] = (
@@ -440,12 +466,14 @@ def _wrap_compute_advantages_and_returns(original: Any) -> Any:
 def _wrap_ppo_train(original: Any) -> Any:
     from ._estimators import is_ours
     from ._kappa import after_update
+    from ._policy_versions import set_weights_version
     from ._resample import rounds_status
 
     @functools.wraps(original)
     def ppo_train_patched(self: Any, global_steps: int) -> Any:
         status = original(self, global_steps)
         if is_ours(self.args.algo.advantage.estimator):
+            set_weights_version(self, global_steps + 1)  # train_step(g) makes update g + 1
             status.update(after_update(self, global_steps))
             status.update(rounds_status(self))
         return status
@@ -472,16 +500,34 @@ def _wrap_save_logs_and_checkpoints(original: Any) -> Any:
 def _wrap_init_checkpoint_states(original: Any) -> Any:
     from .._features import RunMemory
     from ._estimators import MEMORY_ATTR, is_ours
+    from ._policy_versions import set_weights_version
 
     @functools.wraps(original)
     def init_checkpoint_states_patched(self: Any) -> Any:
         states = original(self)
+        if not is_ours(self.args.algo.advantage.estimator):
+            return states
+        # A resumed run's weights have had global_step updates (sent to the engines next).
+        set_weights_version(self, int((states or {}).get("global_step", 0)))
         state = (states or {}).get(MEMORY_STATE, (states or {}).get(LEDGER_STATE))
-        if state is not None and is_ours(self.args.algo.advantage.estimator):
+        if state is not None:
             setattr(self.experience_maker, MEMORY_ATTR, RunMemory.from_state_dict(state))
         return states
 
     return init_checkpoint_states_patched
+
+
+def _wrap_broadcast_to_vllm(original: Any) -> Any:
+    from ._estimators import is_ours
+    from ._policy_versions import publish_weights
+
+    @functools.wraps(original)
+    def broadcast_to_vllm_patched(self: Any) -> None:
+        original(self)
+        if is_ours(self.args.algo.advantage.estimator):
+            publish_weights(self)  # still inside the async trainer's vLLM lock
+
+    return broadcast_to_vllm_patched
 
 
 def _wrap_init(original: Any) -> Any:
@@ -496,6 +542,7 @@ def _wrap_init(original: Any) -> Any:
 def _wrap_generate_vllm(original: Any) -> Any:
     from ._estimators import is_ours
     from ._options import options_of
+    from ._policy_versions import published, stamp
     from ._resample import generate
 
     @functools.wraps(original)
@@ -503,13 +550,19 @@ def _wrap_generate_vllm(original: Any) -> Any:
         self: Any, dataloader_iter: Any, num_prompts: int, dynamic_filtering: Any, **kwargs: Any
     ) -> Any:
         args = self.args
-        if (
-            dynamic_filtering
-            and is_ours(args.algo.advantage.estimator)
-            and options_of(self, args).skipped_groups == "resample"
-        ):
-            return generate(self, dataloader_iter, num_prompts, **kwargs)
-        return original(self, dataloader_iter, num_prompts, dynamic_filtering, **kwargs)
+        if not is_ours(args.algo.advantage.estimator):
+            return original(self, dataloader_iter, num_prompts, dynamic_filtering, **kwargs)
+        version = published()  # the weights the engines generate this round with
+        if dynamic_filtering and options_of(self, args).skipped_groups == "resample":
+            experiences, consumed, exhausted = generate(
+                self, dataloader_iter, num_prompts, **kwargs
+            )
+        else:
+            experiences, consumed, exhausted = original(
+                self, dataloader_iter, num_prompts, dynamic_filtering, **kwargs
+            )
+        stamp(experiences, version)
+        return experiences, consumed, exhausted
 
     return generate_vllm_patched
 
@@ -561,20 +614,42 @@ def _wrap_masked_mean(original: Any) -> Any:
     return masked_mean_guarded
 
 
+#: The action-token count of a micro-step with none (the key OpenRLHF's actor reduces it
+#: under, ``ppo_actor.py:200``): positive, so its metric means are 0/_NO_TOKENS = 0, and
+#: too small to move a sum of real counts (T + 1e-30 == T in float64 for T >= 1e-14).
+_TOKENS_KEY = "_num_action_tokens"
+_NO_TOKENS = 1e-30
+
+
+def _wrap_all_reduce(original: Any) -> Any:
+    @functools.wraps(original)
+    def all_reduce_guarded(self: Any, data: Any, op: str = "mean") -> Any:
+        reduced = original(self, data, op)
+        if isinstance(reduced, dict) and reduced.get(_TOKENS_KEY) == 0:
+            reduced[_TOKENS_KEY] = _NO_TOKENS
+        return reduced
+
+    return all_reduce_guarded
+
+
 #: The wrapper factory of each method of :data:`PATCHED`, by the method's name.
 _WRAPPERS: dict[str, Callable[[Any], Any]] = {
     "compute_advantages_and_returns": _wrap_compute_advantages_and_returns,
     "ppo_train": _wrap_ppo_train,
     "save_logs_and_checkpoints": _wrap_save_logs_and_checkpoints,
     "init_checkpoint_states": _wrap_init_checkpoint_states,
+    "broadcast_to_vllm": _wrap_broadcast_to_vllm,
     "__init__": _wrap_init,
     "_generate_vllm": _wrap_generate_vllm,
     "aggregate_loss": _wrap_aggregate_loss,
     "masked_mean": _wrap_masked_mean,
+    "all_reduce": _wrap_all_reduce,
 }
 
-# Methods of BasePPOTrainer bound on each instance too (Ray's copies; see the docstring).
-_BOUND = ("ppo_train", "save_logs_and_checkpoints", "init_checkpoint_states")
+# Methods of BasePPOTrainer bound on each instance too (Ray's copies; see the docstring),
+# unless the trainer's class overrides one (the async TrainingActor's broadcast_to_vllm
+# takes a lock around the base method, which runs our wrapper).
+_BOUND = ("ppo_train", "save_logs_and_checkpoints", "init_checkpoint_states", "broadcast_to_vllm")
 
 
 def bind_ppo_train(trainer: Any) -> None:
@@ -588,7 +663,8 @@ def bind_ppo_train(trainer: Any) -> None:
     """
     for name in _BOUND:
         method = getattr(type(trainer), name)
-        if not hasattr(method, _MARK):
+        overridden = not getattr(method, "__qualname__", "").startswith("BasePPOTrainer.")
+        if not hasattr(method, _MARK) and not overridden:
             patched = _WRAPPERS[name](method)
             setattr(patched, _MARK, method)
             setattr(trainer, name, types.MethodType(patched, trainer))

@@ -12,11 +12,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .._options import CORE_OPTIONS, UNSET, AdapterOptions
+from .._options import CORE_OPTIONS, STALENESS_OPTIONS, UNSET, AdapterOptions
 from ._convention import SKYRL
 
 #: Where the options sit in SkyRL's config.
 KEY = "trainer.algorithm.advbudget"
+
+#: Why the staleness options are refused in SkyRL: its fully async trainer
+#: (``skyrl/train/fully_async_trainer.py``) is not the path the adapter runs; the
+#: trainer it patches scores rollouts of the current weights.
+STALENESS_REFUSED = (
+    "the SkyRL trainer the adapter patches scores rollouts sampled with the current "
+    "weights (none is stale); its fully async trainer is not wired to the adapter yet"
+)
 
 #: Why ``rho="kl"`` is refused: not built (the trainer would score each kept response
 #: again with the policy's workers, one extra forward pass a step).
@@ -31,6 +39,7 @@ _OTHER_OPTIONS = (
     "skipped_groups",
     "max_generation_batches",
     "kappa_every",
+    *STALENESS_OPTIONS,
 )
 
 
@@ -86,4 +95,5 @@ def read_options(config: Any) -> AdapterOptions:
         key=key_of,
         off="null",
         kl_rho_refused=KL_RHO_REFUSED,
+        staleness_refused=STALENESS_REFUSED,
     )

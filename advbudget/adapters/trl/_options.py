@@ -23,6 +23,16 @@ def key_of(name: str) -> str:
     return name
 
 
+#: Why the staleness options are refused in TRL: ``GRPOTrainer`` computes the advantages
+#: right after it generates, with the weights that generated (``trl/experimental/async_grpo``
+#: is another trainer, which the adapter does not cover).
+STALENESS_REFUSED = (
+    "TRL's GRPOTrainer scores its rollouts right after generating them with the current "
+    "weights (none is stale); its experimental async GRPO trainer is not wired to the "
+    "adapter"
+)
+
+
 def read_options(kwargs: Mapping[str, Any]) -> AdapterOptions:
     """The options of ``AdvBudgetGRPOTrainer``'s keyword arguments ``kwargs`` (an option
     absent, or a tolerance None, takes its default from TRL's convention row); an option is
@@ -52,7 +62,9 @@ def read_options(kwargs: Mapping[str, Any]) -> AdapterOptions:
             check_solved_reward(value, key_of(name))
         return value
 
-    options = AdapterOptions.parse(read, TRL, key=key_of, off="None")
+    options = AdapterOptions.parse(
+        read, TRL, key=key_of, off="None", staleness_refused=STALENESS_REFUSED
+    )
     alias = kwargs.get("skip_empty_groups")
     if alias is not None and not isinstance(alias, bool):
         raise TypeError(f"skip_empty_groups: expected a bool, got {alias!r}")

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .._options import CORE_OPTIONS, UNSET, AdapterOptions
+from .._options import CORE_OPTIONS, STALENESS_OPTIONS, UNSET, AdapterOptions
 from ._convention import TUNIX
 
 #: The environment variable read at import for the options (``budget=0.5,nan_policy=omit``):
@@ -29,7 +29,7 @@ RESAMPLE_REFUSED = (
 
 # Read beside configure's: the learner's keywords, and resample's cap (tunix refuses
 # resample: read and checked as in every adapter, never used).
-_OTHER_OPTIONS = ("skipped_groups", "kappa_every", "max_generation_batches")
+_OTHER_OPTIONS = ("skipped_groups", "kappa_every", "max_generation_batches", *STALENESS_OPTIONS)
 
 
 def known_options() -> list[str]:
@@ -63,7 +63,18 @@ def read_options(given: Mapping[str, Any]) -> AdapterOptions:
         key=key_of,
         resample_refused=RESAMPLE_REFUSED,
         kl_rho_refused=KL_RHO_REFUSED,
+        staleness_refused=STALENESS_REFUSED,
     )
+
+
+#: Why the staleness options are refused in tunix: its agentic learner stamps a policy
+#: version on each trajectory (``agentic_grpo_learner.py:565``) but calls the estimator
+#: with the rewards and ``num_generations`` only (``:549-554``); the adapter would need a
+#: hook on that method. The ``GRPOLearner`` scores rollouts of the current weights.
+STALENESS_REFUSED = (
+    "tunix's agentic learner keeps each trajectory's policy version but hands its "
+    "advantage estimator only the rewards, and the adapter does not reach the versions yet"
+)
 
 
 #: Why ``rho="kl"`` is refused in tunix: not built (the learner would score each kept

@@ -9,6 +9,7 @@ import importlib
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -165,6 +166,31 @@ def test_a_bad_option_is_refused_in_one_line(driver: ModuleType, name: str, valu
     assert message.startswith(f"{driver.key_of(name)}: "), message
 
 
+#: The adapters that know which policy version sampled each rollout; the others refuse the
+#: staleness options with their reason.
+STALENESS_WIRED = {"openrlhf"}
+
+
+def test_the_staleness_options_are_read_or_refused_with_the_reason(
+    driver: ModuleType, framework: str
+) -> None:
+    given = {"max_staleness": 1, "stale_rollouts": "baseline_only"}
+    if framework not in STALENESS_WIRED:
+        for name, value in given.items():
+            key = re.escape(driver.key_of(name))
+            with pytest.raises(ValueError, match=rf"^{key}: not available here: \S[^\n]+$"):
+                driver.read_options({name: value})
+        return
+    options = driver.read_options(given)
+    assert (options.max_staleness, options.stale_rollouts) == (1, "baseline_only")
+    assert driver.read_options({}).max_staleness is None
+    key = re.escape(driver.key_of("stale_rollouts"))
+    with pytest.raises(ValueError, match=rf"^{key}: 'drop' acts on stale rollouts, and none"):
+        driver.read_options({"stale_rollouts": "drop"})
+    with pytest.raises(ValueError, match=rf"^{re.escape(driver.key_of('max_staleness'))}: "):
+        driver.read_options({"max_staleness": -1})
+
+
 # -- the version gate -------------------------------------------------------------------
 
 
@@ -248,6 +274,8 @@ def test_a_nan_reward_follows_nan_policy(driver: ModuleType, framework: str) -> 
         "solved_reward",
         "nan_policy",
         "group_weight",
+        "max_staleness",  # where refused, the guide says why
+        "stale_rollouts",
     ],
 )
 def test_each_option_is_documented_under_the_frameworks_key(

@@ -64,6 +64,13 @@ ADVANTAGE_METRICS = {
     "advbudget/solved_group_fraction",
     "advbudget/valid_fraction",
     "advbudget/nan_reward_fraction",
+    # each sample's policy version, stamped by the generator
+    "advbudget/staleness_mean",
+    "advbudget/staleness_max",
+    "advbudget/stale_fraction",
+    "advbudget/mixed_version_group_fraction",
+    # the reward file's scores (the outcome) beside the parity reward
+    "advbudget/outcome_disagreement_group_fraction",
 }
 KAPPA_METRICS = {f"advbudget/kappa_eff/{s}" for s in ("mean", "median", "std", "min", "max")}
 
@@ -80,6 +87,10 @@ class Run:
     estimator_calls: list[tuple[int, str]]  # (pid, core estimator name), one per call
     weights: list[tuple[int, str]]  # (version, sha1), in the order the engine received them
     memory_calls: list[dict[str, Any]]  # an estimator with memory: prompts, rewards, advantages
+    generated: list[int]  # the engine's weights version of each sample, in generation order
+    # each call's versions, current version, advantages, valid, and the weight syncs the
+    # engine had completed before it ("syncs_before")
+    staleness_calls: list[dict[str, Any]]
 
     def tail(self, lines: int = 80) -> str:
         return "\n".join(self.log.splitlines()[-lines:])
@@ -141,7 +152,17 @@ def parse_run(log: str, returncode: int, driver_pid: int, probe: Path) -> Run:
     calls = [(int(f[1]), f[2]) for f in fields if f[0] == "estimator"]
     weights = [(int(f[2]), f[3]) for f in fields if f[0] == "weights"]
     memory = [json.loads(line.split(" ", 3)[3]) for line in records if line.startswith("memory ")]
-    return Run(log, returncode, driver_pid, steps, trainer_pids, calls, weights, memory)
+    generated = [int(f[2]) for f in fields if f[0] == "generated"]
+    staleness, syncs = [], 0
+    for line in records:  # in the order the processes wrote them
+        if line.startswith("weights ") and int(line.split()[2]) > 0:
+            syncs += 1
+        elif line.startswith("staleness "):
+            staleness.append({**json.loads(line.split(" ", 3)[3]), "syncs_before": syncs})
+    return Run(
+        log, returncode, driver_pid, steps, trainer_pids, calls, weights, memory, generated,
+        staleness,
+    )  # fmt: skip
 
 
 def checked(run: Run) -> Run:
@@ -173,7 +194,7 @@ def resumed_run(cpu_dir: Path, budget_run: Run) -> Run:
 def two_ranks_run(cpu_dir: Path) -> Run:
     """reward_budget, 2 steps of the async trainer (its ``TrainingActor`` inherits
     ``ppo_train`` too), 2 data-parallel ranks (actor and reference), κ_eff each step,
-    skipped groups dropped."""
+    skipped groups dropped, samples older than the weights being updated withheld."""
     other = cpu_dir / "two-ranks"
     other.mkdir()
     for reused in ("tiny-qwen3", "data"):  # built by the first run
@@ -185,6 +206,10 @@ def two_ranks_run(cpu_dir: Path) -> Run:
             "--train.async_enable",
             "--advbudget.skipped_groups",
             "drop",
+            "--advbudget.max_staleness",
+            "0",
+            "--advbudget.stale_rollouts",
+            "baseline_only",
             BUDGET="1",
             TOTAL_STEPS="2",
             NGPUS="2",
@@ -286,9 +311,11 @@ def test_kappa_eff_after_every_kth_update(case: Any) -> None:
     """Regression: κ_eff pairs were kept every step but the pass after ``ppo_train`` never
     ran in the Ray actor (Ray's copy of the unpatched method; see ``_hooks``)."""
     run, steps, _, kappa_steps = case
-    for step in steps:
+    for step, call in zip(steps, run.staleness_calls, strict=True):
         status = run.steps[step]
-        if step in kappa_steps:
+        if not any(call["valid"]):  # every sample withheld (async, stale): no pair to measure
+            assert status.get("advbudget/kappa_eff/count", 0) == 0, (step, call)
+        elif step in kappa_steps:
             assert status.get("advbudget/kappa_eff/count", 0) > 0, (step, sorted(status))
             assert set(status) >= KAPPA_METRICS, (step, sorted(status))
         else:
@@ -365,6 +392,61 @@ def test_spo_forgets_at_the_rate_the_actor_moved(kl_rho_run: Run) -> None:
             assert status["advbudget/spo_drift_mean"] > 0
             assert all(0.875 <= r < 0.96 for r in call["rho"]), call["rho"]
     assert_memory_replays(calls, "spo")
+
+
+def test_each_sample_carries_the_version_it_was_generated_with(case: Any) -> None:
+    """The stamps the advantage step got are the engine's own record of the weights each
+    sample was generated with, and the current version is that of the weights sent last
+    (the engine counts its syncs from its start: a resumed run's first sync brings the
+    checkpoint's weights, so its engine versions are the trainer's less the steps before)."""
+    run, steps, _, _ = case
+    resumed_from = steps[0] - 1
+    offset = resumed_from - 1 if resumed_from else 0
+    calls = run.staleness_calls
+    assert len(calls) == len(steps), run.tail()
+    start = 0
+    for step, call in zip(steps, calls, strict=True):
+        rows = len(call["versions"])
+        engine = run.generated[start : start + rows]
+        assert sorted(call["versions"]) == sorted(v + offset for v in engine), (step, call)
+        start += rows
+        assert call["current"] == call["syncs_before"] + offset, (step, call)
+        lag = [call["current"] - v for v in call["versions"]]
+        status = run.steps[step]
+        assert status["advbudget/staleness_mean"] == pytest.approx(np.mean(lag), rel=1e-6)
+        assert status["advbudget/staleness_max"] == max(lag)
+    assert start == len(run.generated)
+
+
+def test_async_withholds_samples_of_older_weights(two_ranks_run: Run) -> None:
+    """--advbudget.max_staleness 0 --advbudget.stale_rollouts baseline_only in the async
+    trainer: the generator samples step 2's batch while step 1 trains (one version behind);
+    those samples get advantage 0 and leave the update (skipped_groups drop), the others
+    are scored in their group's statistics with them."""
+    stale_rows = 0
+    for step, call in zip([1, 2], two_ranks_run.staleness_calls, strict=True):
+        stale = np.array(call["versions"]) < call["current"]
+        stale_rows += int(stale.sum())
+        assert np.all(np.array(call["advantages"])[stale] == 0.0), (step, call)
+        assert not np.any(np.array(call["valid"])[stale]), (step, call)
+        status = two_ranks_run.steps[step]
+        assert status["advbudget/stale_fraction"] == pytest.approx(np.mean(stale), rel=1e-6)
+        assert status["advbudget/valid_fraction"] <= 1 - np.mean(stale) + 1e-6
+    assert stale_rows > 0  # step 2's samples: generated before step 1's weights were sent
+
+
+def test_the_shaped_reward_s_spread_where_the_outcome_has_none(case: Any) -> None:
+    """The reward file's scores (its outcome: the tiny model solves nothing) beside the
+    parity reward the estimator gets: every group the estimator trains on is one whose
+    outcomes are tied, verl-recipe#125's phantom gradient, and the metric counts them."""
+    run, steps, _, _ = case
+    for step in steps:
+        status = run.steps[step]
+        assert status["score"] == 0.0  # the outcomes: nothing solved, every group tied
+        trained = 1 - status["advbudget/skipped_group_fraction"]
+        assert status["advbudget/outcome_disagreement_group_fraction"] == pytest.approx(
+            trained, rel=1e-6
+        ), (step, sorted(status))
 
 
 def test_drop_trains_on_finite_losses_on_two_ranks(two_ranks_run: Run) -> None:

@@ -13,7 +13,9 @@ OpenRLHF / DeepSpeed line it answers. Run the loop with fake GPU resources for R
 ``ADVBUDGET_CPU_LOOP_PROBE=FILE``: every call of the advbudget core estimator appends
 ``estimator <pid> <name>`` to FILE (the test checks it ran in the PPOTrainer actor); a call
 of an estimator with memory also ``memory <pid> <name> <json>``: each sample's prompt, reward
-and advantage (and spo's ρ under ``rho="kl"``), for a replay.
+and advantage (and spo's ρ under ``rho="kl"``), for a replay; a call with policy versions
+``staleness <pid> <name> <json>``: each sample's version, the current one, its advantage and
+whether it takes part in the update.
 """
 
 from __future__ import annotations
@@ -128,6 +130,17 @@ def _probe_estimator(module: Any) -> None:
         with open(probe, "a", encoding="utf-8") as out:
             out.write(f"estimator {os.getpid()} {name}\n")
         result = compute(rewards, name, *args, **kwargs)
+        if "policy_versions" in kwargs:  # each sample's stamp, the weights' version
+            import json
+
+            call = {
+                "versions": [int(v) for v in kwargs["policy_versions"]],
+                "current": int(kwargs["current_version"]),
+                "advantages": result.advantages.tolist(),
+                "valid": result.valid.tolist(),
+            }
+            with open(probe, "a", encoding="utf-8") as out:
+                out.write(f"staleness {os.getpid()} {name} {json.dumps(call)}\n")
         if "state" in kwargs:  # an estimator with memory: what a replay needs
             import json
 

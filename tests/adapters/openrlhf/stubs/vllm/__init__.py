@@ -14,7 +14,8 @@ Not modelled: log-probs (``SamplingParams.logprobs`` is ignored, so OpenRLHF's
 parallelism, sleep mode (no-ops), CUDA-IPC weight sync.
 
 When ``ADVBUDGET_CPU_LOOP_PROBE`` names a file, every completed weight sync appends
-``weights <pid> <version> <sha1 of the parameters>`` to it (version 0: as loaded).
+``weights <pid> <version> <sha1 of the parameters>`` to it (version 0: as loaded), and every
+sample generated ``generated <pid> <version of the weights it was generated with>``.
 """
 
 from __future__ import annotations
@@ -203,6 +204,7 @@ class AsyncLLMEngine:
         text = self.tokenizer.decode(
             tokens, skip_special_tokens=sampling_params.skip_special_tokens
         )
+        _record(f"generated {os.getpid()} {self.worker.version}")
         yield RequestOutput(request_id, prompt_ids, [CompletionOutput(tokens, text, finish)])
 
     async def collective_rpc(self, method: str, args: tuple[Any, ...] = ()) -> list[Any]:
