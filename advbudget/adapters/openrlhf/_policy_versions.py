@@ -38,8 +38,9 @@ _WEIGHTS_ATTR = "_advbudget_weights_version"
 _local = {"version": 0}  # without Ray: the one process's published version
 
 # This process's handle of the job's counter, kept: Ray ends an actor (not detached) when
-# the last handle to it goes out of scope, and each call would then meet a new one.
-_handles: dict[str, Any] = {}
+# the last handle to it goes out of scope, and each call would then meet a new one. Keyed
+# by the Ray node too: a process that starts Ray again (tests) meets a new cluster.
+_handles: dict[tuple[str, str], Any] = {}
 
 
 @functools.cache
@@ -71,10 +72,12 @@ def _counter() -> Any:
         return None
     if not ray.is_initialized():
         return None
-    name = f"advbudget-policy-version-{ray.get_runtime_context().get_job_id()}"
-    if name not in _handles:
-        _handles[name] = _counter_class().options(name=name, get_if_exists=True).remote()
-    return _handles[name]
+    context = ray.get_runtime_context()
+    name = f"advbudget-policy-version-{context.get_job_id()}"
+    key = (name, context.get_node_id())
+    if key not in _handles:
+        _handles[key] = _counter_class().options(name=name, get_if_exists=True).remote()
+    return _handles[key]
 
 
 def publish(version: int) -> None:

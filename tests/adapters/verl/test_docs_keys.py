@@ -26,10 +26,11 @@ KEY = re.compile(
     r"(?<![\w./-])(\+?)((?:algorithm|actor_rollout_ref|trainer|data|reward|critic|ray_kwargs)"
     r"(?:\.[a-z0-9_]+)+)"
 )
-# What the adapter reads under algorithm.advbudget besides each estimator's options.
+# What the adapter reads under algorithm.advbudget besides each estimator's options (the
+# staleness options to refuse them with the reason).
 ADAPTER_OPTIONS = {
     "kappa_every", "solved_reward", "skipped_groups", "max_generation_batches",
-    "tie_rtol", "tie_atol", "nan_policy", "group_weight",
+    "tie_rtol", "tie_atol", "nan_policy", "group_weight", "max_staleness", "stale_rollouts",
 }  # fmt: skip
 # A file name that starts like a root (data.py) is not a key.
 FILE_SUFFIXES = (".py", ".md", ".json", ".jsonl", ".yaml", ".parquet")
