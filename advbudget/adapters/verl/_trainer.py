@@ -154,15 +154,17 @@ def _make_trainer(base: type, base_mode: str) -> type:
         def after_advantage(self, batch: Any, metrics: dict[str, Any]) -> Any:
             """After verl's advantage step: our metrics, the ledger, drop's rows."""
             result = self._step_result(batch)
+            infos = _reward_extra_info(batch)
             if result is not None:
-                step = Step(result, self.advbudget_options, METRIC_PREFIX)
+                outcome = _outcomes(infos, int(result.advantages.shape[0]))
+                step = Step(result, self.advbudget_options, METRIC_PREFIX, outcome=outcome)
                 metrics.update(step_metrics(step))
                 metrics.update(self._update_ledger(batch, step))
             if self._advbudget_skipped_groups == "drop" and result is not None:
                 real = [i for i, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
                 skipped = [i for i, kept in enumerate(result.valid.tolist()) if not kept]
                 self._advbudget_dropped = [batch.keys[real[i]] for i in skipped]
-            metrics.update(_reward_fault_counts(batch))
+            metrics.update(_reward_fault_counts(infos))
             return batch
 
         @contextlib.contextmanager
@@ -407,12 +409,10 @@ def _put_fields(batch: Any, keys: list[Any], fields: Any) -> None:
     tq.kv_batch_put(keys=keys, partition_id=batch.partition_id, fields=fields)
 
 
-def _reward_fault_counts(batch: Any) -> dict[str, float]:
-    """``advbudget/reward_failures`` and ``advbudget/reward_timeouts``: the responses whose
-    grader raised / overran this step, from the ``reward_failure`` / ``reward_timeout``
-    keys :func:`advbudget.rewards.verl.compute_score` returns (verl keeps a score dict's
-    keys in each response's ``extra_fields["reward_extra_info"]`` but logs them only in
-    validation). Empty when the reward function is another one."""
+def _reward_extra_info(batch: Any) -> list[dict[str, Any]] | None:
+    """Each real response's ``reward_extra_info``, in the batch's order (verl keeps a score
+    dict's keys, all but ``score``, in each response's ``extra_fields``; ``{}`` where a
+    response has none); None when the batch has no ``extra_fields`` (another reward path)."""
     import transfer_queue as tq
 
     try:
@@ -422,20 +422,41 @@ def _reward_fault_counts(batch: Any) -> dict[str, float]:
         fields = data["extra_fields"]
         fields = fields.tolist() if hasattr(fields, "tolist") else list(fields)
     except Exception:  # no extra_fields in this batch (another reward path)
-        return {}
-    real = [i for i, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
-    failures = timeouts = 0.0
-    seen = False
-    for i in real:
+        return None
+    infos = []
+    for i, tag in enumerate(batch.tags):
+        if tag.get("is_padding", False):
+            continue
         field = fields[i] if i < len(fields) else None
         info = field.get("reward_extra_info") if isinstance(field, dict) else None
-        if isinstance(info, dict) and "reward_failure" in info:
-            seen = True
-            failures += float(info.get("reward_failure") or 0.0)
-            timeouts += float(info.get("reward_timeout") or 0.0)
-    if not seen:
+        infos.append(info if isinstance(info, dict) else {})
+    return infos
+
+
+def _reward_fault_counts(infos: list[dict[str, Any]] | None) -> dict[str, float]:
+    """``advbudget/reward_failures`` and ``advbudget/reward_timeouts``: the responses whose
+    grader raised / overran this step, from the ``reward_failure`` / ``reward_timeout``
+    keys :func:`advbudget.rewards.verl.compute_score` returns (verl logs a score dict's
+    keys only in validation). Empty when the reward function is another one."""
+    counted = [info for info in infos or () if "reward_failure" in info]
+    if not counted:
         return {}
-    return {"advbudget/reward_failures": failures, "advbudget/reward_timeouts": timeouts}
+    return {
+        "advbudget/reward_failures": sum(float(i.get("reward_failure") or 0.0) for i in counted),
+        "advbudget/reward_timeouts": sum(float(i.get("reward_timeout") or 0.0) for i in counted),
+    }
+
+
+def _outcomes(infos: list[dict[str, Any]] | None, rows: int) -> Any:
+    """Each response's ``acc`` (the grader's verdict beside its possibly shaped ``score``:
+    what verl's DAPO filter reads, ``algorithm.filter_groups.metric=acc``), for
+    ``advbudget/outcome_disagreement_group_fraction``; None unless every one of the
+    step's ``rows`` responses has one."""
+    import numpy as np
+
+    if not infos or len(infos) != rows or not all("acc" in info for info in infos):
+        return None
+    return np.array([float(info["acc"]) for info in infos])
 
 
 def _fetch_dataproto(batch: Any, fields: list[str]) -> Any:

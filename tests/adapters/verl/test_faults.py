@@ -118,6 +118,31 @@ def test_reward_fault_counts_reach_the_training_metrics(monkeypatch: pytest.Monk
     assert metrics["advbudget/reward_timeouts"] == 1.0
 
 
+def test_the_graders_verdict_beside_a_shaped_score(monkeypatch: pytest.MonkeyPatch) -> None:
+    """compute_score's ``acc`` (the outcome; verl's DAPO filter reads it) beside the
+    score the estimator gets: with every verdict wrong, each group the estimator trains on
+    is one whose outcomes tie, and advbudget/outcome_disagreement_group_fraction counts
+    them (padding left out). A response without ``acc``: no such metric."""
+    pytest.importorskip("transfer_queue")
+    data = hand_batch()
+    uids = [*data.non_tensor_batch["uid"], "pad"]
+    rewards = [*data.batch["token_level_rewards"], torch.ones(3)]
+    wrong = [{"reward_extra_info": {"acc": False}}] * len(uids)
+    trainer = _advantage_trainer(monkeypatch, _stored(rewards, uids), wrong)
+    metrics: dict[str, float] = {}
+    batch = FakeBatch([{"is_padding": False}] * 11 + [{"is_padding": True}])
+    trainer._compute_advantage(batch, metrics=metrics)
+    trained = 1 - metrics["advbudget/skipped_group_fraction"]
+    assert 0 < trained < 1  # hand_batch has skipped and trained groups
+    assert metrics["advbudget/outcome_disagreement_group_fraction"] == pytest.approx(trained)
+    some = [{"reward_extra_info": {}}, *wrong[1:]]
+    trainer = _advantage_trainer(monkeypatch, _stored(rewards, uids), some)
+    metrics = {}
+    trainer._compute_advantage(batch, metrics=metrics)
+    assert "advbudget/outcome_disagreement_group_fraction" not in metrics
+    assert "advbudget/skipped_group_fraction" in metrics
+
+
 def test_failing_kappa_pass_is_skipped_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("transfer_queue")
     trainer, batch = _kappa_trainer(monkeypatch, 4, dp_size=None)
