@@ -21,9 +21,9 @@ Six runs (module fixtures, ~1-2.5 min each on 2 cores) cover it all:
   padded to a multiple of 2 only and the pass failed), κ_eff every 2 steps, 2 steps,
   checkpoint at 2;
 - C: verl's legacy trainer (``trainer.use_v1=False``) with ``advbudget_grpo``, 1 rank;
-- E: the V1 trainer with ``skipped_groups=drop``, ``seq-mean-token-mean``, 1 rank, and a
-  reward with dead prompts (``dead_prompts``: step 1 has half its groups skipped, step 2
-  all of them, with the sample's order);
+- E: the V1 trainer with ``skipped_groups=drop``, ``seq-mean-token-mean``, 1 rank, the
+  prompts in file order and dead ones chosen by answer (step 1: one of 4 groups skipped,
+  step 2: three; every other group mixed for sure);
 - F: ``skipped_groups=resample`` with ``max_generation_batches=2``, the prompts in file
   order and dead ones chosen by answer: step 1 refills fewer prompts than a train batch,
   step 2 reaches the cap;
@@ -196,28 +196,34 @@ def run_c(base: Path) -> Run:
     )
 
 
+# E's and F's prompts in file order (data.shuffle=False): the bundled sample's 12
+# training answers; the dead ones score 1 for every response, every other group is mixed
+# for sure (verlcpu.reward's dead_answers). E: step 1 draws the first 4, one dead; step 2
+# the next 4, three dead. F: step 1 refills 1 or 2 prompts (whatever the timing), fewer
+# than data.train_batch_size (4), and needs one live refill ("0"). From the 6th on all are
+# dead but 88 and the wrap-around's: step 2 reaches the cap of 2 rounds with one live
+# group at least (88, in its batch or first refill).
+F_ANSWERS = ["77", "8", "-12", "-105", "0", "-20", "-6", "7", "62", "88", "18", "6"]
+F_DEAD = ["77", "-20", "-6", "7", "62", "18", "6"]
+DEAD_ANSWERS = f"+reward.custom_reward_function.reward_kwargs.dead_answers=[{','.join(F_DEAD)}]"
+
+
 @pytest.fixture(scope="module")
 def run_e(base: Path) -> Run:
-    """V1, reward_budget, skipped_groups=drop, seq-mean-token-mean, dead prompts, 1 rank."""
+    """V1, reward_budget, skipped_groups=drop, seq-mean-token-mean, fixed dead prompts
+    (a random draw of prompts and responses could make every group of step 1 dead), 1
+    rank."""
     return run_example(
         base,
         "e",
         "+algorithm.advbudget.skipped_groups=drop",
         "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
-        "+reward.custom_reward_function.reward_kwargs.dead_prompts=true",
+        "data.shuffle=False",
+        DEAD_ANSWERS,
         "trainer.save_freq=-1",
         RUN_NAME="tiny-qwen3_v1_drop",
         TOTAL_STEPS="2",
     )
-
-
-# F's prompts in file order (data.shuffle=False): the bundled sample's 12 training
-# answers. Step 1 draws the first 4, one dead: it refills 1 or 2 prompts (whatever the
-# timing), fewer than data.train_batch_size (4), and needs one live refill ("0"). From
-# the 6th on all are dead but 88 and the wrap-around's: step 2 reaches the cap of 2 rounds
-# with one live group at least (88, in its batch or first refill).
-F_ANSWERS = ["77", "8", "-12", "-105", "0", "-20", "-6", "7", "62", "88", "18", "6"]
-F_DEAD = ["77", "-20", "-6", "7", "62", "18", "6"]
 
 
 @pytest.fixture(scope="module")
@@ -229,7 +235,7 @@ def run_f(base: Path) -> Run:
         "+algorithm.advbudget.skipped_groups=resample",
         "+algorithm.advbudget.max_generation_batches=2",
         "data.shuffle=False",
-        f"+reward.custom_reward_function.reward_kwargs.dead_answers=[{','.join(F_DEAD)}]",
+        DEAD_ANSWERS,
         "trainer.save_freq=-1",
         RUN_NAME="tiny-qwen3_v1_resample",
         TOTAL_STEPS="2",
