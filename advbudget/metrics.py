@@ -356,8 +356,7 @@ def _difficulty_spread(result: AdvantageResult, resolution: float | None) -> dic
         high, low = np.asarray(to_host(high), np.float64), np.asarray(to_host(low), np.float64)
         high, low = high[scored], low[scored]
         spread = high - low
-        tolerance = g.tie_atol + g.tie_rtol * np.maximum(np.abs(high), np.abs(low))
-        near = (spread > tolerance) & (spread <= resolution)
+        near = (spread > _tie_tolerance(result, high, low)) & (spread <= resolution)
         out["near_tie_group_fraction"] = float(near.mean()) if near.size else math.nan
     return out
 
@@ -397,11 +396,18 @@ def _disagreement(result: AdvantageResult, outcome: np.ndarray) -> float:
     high, low = np.asarray(to_host(high), np.float64), np.asarray(to_host(low), np.float64)
     with_reward = np.asarray(to_host(groups.per_group(g.count > 0)), dtype=bool)
     counted = with_reward & np.isfinite(high)  # not a group with no outcome
-    tolerance = g.tie_atol + g.tie_rtol * np.maximum(np.abs(high), np.abs(low))
-    tied = (high - low) <= tolerance
+    tied = (high - low) <= _tie_tolerance(result, high, low)
     skipped = np.asarray(to_host(result.group_skipped), dtype=bool)
     disagree = (tied != skipped)[counted]
     return float(disagree.mean()) if disagree.size else math.nan
+
+
+def _tie_tolerance(result: AdvantageResult, high: np.ndarray, low: np.ndarray) -> np.ndarray:
+    """The call's tie tolerance of groups whose largest and smallest values are ``high``
+    and ``low`` (host float64): a spread at most this is a tie."""
+    g = result.grouped
+    tolerance: np.ndarray = g.tie_atol + g.tie_rtol * np.maximum(np.abs(high), np.abs(low))
+    return tolerance
 
 
 def _extremes(groups: Groups, rows: Array, mask: Array | None) -> tuple[Array, Array]:
