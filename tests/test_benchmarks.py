@@ -72,6 +72,10 @@ def test_staleness_benchmark_runs_and_agrees(tmp_path):
         f"{base}, {rule} / {base}"
         for base in ("grpo", "budget")
         for rule in ("keep", "baseline_only", "drop", "drop_group")
+    } | {
+        f"{base}, {rule} / by hand"
+        for base in ("grpo", "budget")
+        for rule in ("baseline_only", "drop", "drop_group")
     }
 
 

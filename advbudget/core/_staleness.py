@@ -50,10 +50,10 @@ class Staleness:
     @cached_property
     def stale(self) -> Array:
         """``[N]`` bool: the rollout is older than ``max_staleness`` allows."""
-        age = self.staleness
         if self.max_staleness is None:
-            return age != age  # all False, of the array's namespace and shape
-        return age > self.max_staleness
+            return self.versions != self.versions  # all False, of the array's namespace
+        # current - version > max_staleness, without the [N] subtraction (exact integers)
+        return self.versions < self.current - self.max_staleness
 
     def left_out(self, groups: Groups) -> Array | None:
         """``[N]`` bool: the rollouts the rule takes out of every statistic (``drop``: the

@@ -119,10 +119,11 @@ class GroupedRewards:
         mean_gap = self.sum(self.gap) / self.safe(self.count > 0, self.count)
         return self.only_present(self.gap - self.expand(mean_gap))
 
-    def std(self, correction: int = 1) -> Array:
+    def std(self, correction: int = 1, *, deviation: Array | None = None) -> Array:
         """Stats: each group's reward std, unbiased with ``correction=1`` (0 where the
-        group has ``correction`` rewards or fewer)."""
-        centred = self.deviation()
+        group has ``correction`` rewards or fewer). ``deviation``: :meth:`deviation`'s
+        rows when the caller has them (computed here otherwise)."""
+        centred = self.deviation() if deviation is None else deviation
         dof = self.count - correction
         return self.xp.sqrt(self.sum(centred * centred) / self.safe(dof > 0, dof))
 
@@ -169,7 +170,7 @@ def group_rewards(
         low = groups.min(xp.where(present_rows, rows, math.inf))
         if skip_ties:
             high = groups.max(xp.where(present_rows, rows, -math.inf))
-        count = groups.sum(xp.astype(present_rows, rows.dtype))
+        count = groups.count(present_rows, rows.dtype)
         gap = xp.where(present_rows, rows - groups.expand(low), 0)
     if skip_ties:
         # Budgeting is scale-invariant, so a rounding-noise gap (0.1 + 0.2 vs 0.3) would

@@ -41,9 +41,10 @@ def budget(g: GroupedRewards, *, budget: float = 1.0) -> Array:
 )
 def group_normalized(g: GroupedRewards, *, eps: float = 1e-6, std_correction: int = 1) -> Array:
     """GRPO: ``(r - mean) / (std + eps)`` per group (unbiased std by default)."""
-    xp, keep = g.xp, g.kept()
-    inverse_std = xp.where(keep, 1 / g.safe(keep, g.std(std_correction) + eps), 0)
-    return g.with_raw_singletons(g.deviation() * g.expand(inverse_std), scale=1 + eps)
+    xp, keep, deviation = g.xp, g.kept(), g.deviation()
+    std = g.std(std_correction, deviation=deviation)
+    inverse_std = xp.where(keep, 1 / g.safe(keep, std + eps), 0)
+    return g.with_raw_singletons(deviation * g.expand(inverse_std), scale=1 + eps)
 
 
 @declare(
