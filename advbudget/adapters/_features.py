@@ -552,3 +552,43 @@ def lent_keywords(spec: EstimatorSpec, rows: int, where: str) -> dict[str, Any]:
     if loan is None or len(loan.row_prompts) != rows:
         raise _no_prompts(spec, where)
     return loan.memory.keywords(spec, loan.row_prompts, where, remember=loan.remember, rho=loan.rho)
+
+
+class _LentVersions(threading.local):
+    keywords: Mapping[str, Any] | None = None
+
+
+_VERSIONS = _LentVersions()
+
+
+@contextlib.contextmanager
+def lend_versions(
+    options: AdapterOptions, policy_versions: Sequence[int], current: int
+) -> Iterator[None]:
+    """For a framework that calls the estimator itself with the rewards alone (tunix's
+    agentic learner): each rollout's policy version, the trainer's current one and the
+    run's staleness rule, lent to the estimator calls made in this thread while the block
+    runs (:func:`lent_versions`)."""
+    keywords = options.staleness_keywords(list(policy_versions), current)
+    previous, _VERSIONS.keywords = _VERSIONS.keywords, keywords
+    try:
+        yield
+    finally:
+        _VERSIONS.keywords = previous
+
+
+def lent_versions(rows: int) -> dict[str, Any]:
+    """Inside an estimator call: the :func:`~advbudget.compute_advantages` staleness
+    keywords :func:`lend_versions` lent this thread, for ``rows`` rewards ({} outside it).
+    Versions of another number of rollouts are an error: the estimator would score rows
+    against versions that are not theirs."""
+    keywords = _VERSIONS.keywords
+    if keywords is None:
+        return {}
+    lent = len(keywords["policy_versions"])
+    if lent != rows:
+        raise ValueError(
+            f"policy_versions: expected one version per rollout of this estimator call "
+            f"({rows}), got {lent} lent by the learner"
+        )
+    return dict(keywords)

@@ -156,6 +156,41 @@ def test_the_published_result_is_taken_once_and_only_for_its_rows() -> None:
     assert take_published(rows=4) is None
 
 
+def test_lent_versions_reach_the_calls_of_this_thread_only() -> None:
+    import threading
+
+    from advbudget.adapters._features import lend_versions, lent_versions
+
+    run = AdapterOptions("tunix", max_staleness=0, stale_rollouts="drop")
+    assert lent_versions(4) == {}  # nothing lent: a call without versions
+    seen: list[dict[str, object]] = []
+    with lend_versions(run, [2, 2, 1, 2], 2):
+        keywords = lent_versions(4)
+        assert keywords == {
+            "policy_versions": [2, 2, 1, 2],
+            "current_version": 2,
+            "max_staleness": 0,
+            "stale_rollouts": "drop",
+        }
+        rewards = np.array([1.0, 0.0, 1.0, 0.5])
+        got = compute_advantages(rewards, "budget", group_size=4, **keywords)
+        masked = np.array([1.0, 0.0, math.nan, 0.5])  # drop: row 2 as if never sampled
+        want = compute_advantages(masked, "budget", group_size=4, nan_policy="omit")
+        np.testing.assert_allclose(got.advantages, want.advantages, rtol=0, atol=1e-15)
+        with pytest.raises(
+            ValueError, match=r"^policy_versions: expected one version per .*\(3\), got 4"
+        ):
+            lent_versions(3)  # another call's rewards: not these versions
+        worker = threading.Thread(target=lambda: seen.append(lent_versions(4)))
+        worker.start()
+        worker.join()
+        with lend_versions(run, [0], 0):  # nested: the inner loan, then the outer again
+            assert lent_versions(1)["current_version"] == 0
+        assert lent_versions(4)["current_version"] == 2
+    assert seen == [{}]
+    assert lent_versions(4) == {}
+
+
 def test_the_group_weight_is_read_once_for_every_framework() -> None:
     """One parser: a name, a config's mapping, a command line's JSON, off words; refusals
     name the framework's key; the keywords reach compute_advantages with solved_reward."""

@@ -20,7 +20,10 @@ Options (all estimators, checked at once): :func:`configure` (``budget=``, ``eps
 ``skipped_groups="drop"``; :class:`AdvBudgetDAPOLearner` is the same over tunix's
 ``DAPOLearner`` (its overlong reward shaping); :func:`metric_fn` alone gives the metrics
 to any ``GRPOLearner(metric_fns=[...])``. :func:`drgrpo_config` is ``DrGRPOConfig`` with our
-estimator (it fixes its own). Supported tunix versions: :data:`SUPPORTED_TUNIX`.
+estimator (it fixes its own). :class:`AdvBudgetAgenticGRPOLearner` (tunix's agentic
+``GRPOLearner``: agents, multi-turn environments, rollouts ahead of training) adds the
+metrics, ``skipped_groups="drop"`` and ``max_staleness``/``stale_rollouts`` on each
+trajectory's policy version. Supported tunix versions: :data:`SUPPORTED_TUNIX`.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ __all__ = [
     "OPTIONS_ENV",
     "SUPPORTED_TUNIX",
     "TUNIX_VERSION",
+    "AdvBudgetAgenticGRPOLearner",
     "AdvBudgetDAPOLearner",
     "AdvBudgetGRPOLearner",
     "advantages_and_valid",
@@ -81,4 +85,8 @@ def __getattr__(name: str) -> Any:
         from . import _learner
 
         return getattr(_learner, name)
+    if name == "AdvBudgetAgenticGRPOLearner":
+        from . import _agentic
+
+        return _agentic.AdvBudgetAgenticGRPOLearner
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -26,7 +26,14 @@ from advbudget.core import (
     on_register,
 )
 
-from .._features import Step, lent_keywords, publish, step_metrics, take_published
+from .._features import (
+    Step,
+    lent_keywords,
+    lent_versions,
+    publish,
+    step_metrics,
+    take_published,
+)
 from ._convention import TUNIX
 from ._hooks import advantage_estimator_names
 from ._options import configured
@@ -106,7 +113,10 @@ def result(name: str, rewards: Any, num_generations: int) -> AdvantageResult:
         "tunix hands an estimator the rewards alone: AdvBudgetGRPOLearner (or "
         "AdvBudgetDAPOLearner) lends it each row's prompt",
     )
-    return compute_advantages(array, core, group_size=int(num_generations), **settings, **memory)
+    versions = lent_versions(array.shape[0])  # AdvBudgetAgenticGRPOLearner's, if any
+    return compute_advantages(
+        array, core, group_size=int(num_generations), **settings, **memory, **versions
+    )
 
 
 def advantages_and_valid(

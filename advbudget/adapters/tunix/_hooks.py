@@ -28,6 +28,8 @@ _LEARNER = "tunix.rl.rl_learner"
 _CLUSTER = "tunix.rl.rl_cluster"
 _REGISTRY = "tunix.rl.function_registry"
 _PEFT = "tunix.sft.peft_trainer"
+_AGENTIC_GRPO = "tunix.rl.agentic.agentic_grpo_learner"
+_AGENTIC_RL = "tunix.rl.agentic.agentic_rl_learner"
 
 _STEP_ARGS = (
     "service_target_batch_size: 'int', grad_acc_steps: 'int', train_iterator: "
@@ -201,6 +203,45 @@ HOOKS: tuple[Hook, ...] = (
         f"{_AT}function_registry.py:22",
         "read",
     ),
+    # The agentic learner (AdvBudgetAgenticGRPOLearner) subclasses tunix's agentic
+    # GRPOLearner and overrides the method that scores one group (or, when tunix scores in
+    # its consumer, one micro-batch): each trajectory's policy version, stamped on its task
+    # at each model call, is lent to our estimator with the learner's current version,
+    # which tunix sets when built and raises after each weight sync (:1035).
+    Hook(
+        _AGENTIC_GRPO, "GRPOLearner", None, f"{_AT}agentic/agentic_grpo_learner.py:146", "subclass"
+    ),
+    Hook(
+        _AGENTIC_GRPO,
+        "GRPOLearner._process_results",
+        "(self, trajectories: 'List[Any]', mode: 'rl_cluster_lib.Mode' = <Mode.TRAIN: "
+        "'train'>, expected_step: 'int | None' = None) -> 'List[TrainExample]'",
+        f"{_AT}agentic/agentic_grpo_learner.py:285",
+        "override",
+    ),
+    Hook(
+        _AGENTIC_RL,
+        "AgenticRLLearner.__init__",
+        None,
+        f"{_AT}agentic/agentic_rl_learner.py:229",
+        "read",
+        attribute="policy_version",
+    ),
+    Hook(
+        _AGENTIC_RL,
+        "AgenticRLLearner._model_call",
+        "(self, chat_lists: 'List[Dict[str, str]]', env: 'Any' = None, max_generation_steps: "
+        "'int | None' = None) -> 'base_rollout.RolloutOutput'",
+        f"{_AT}agentic/agentic_rl_learner.py:436",
+        "read",
+    ),
+    Hook(
+        "tunix.rl.agentic.trajectory.trajectory_collect_engine",
+        "TrajectoryCollectEngine.collect",
+        "(self, mode: str = 'Conversation') -> Any",
+        f"{_AT}agentic/trajectory/trajectory_collect_engine.py:340",
+        "read",
+    ),
     # drgrpo_config: DrGRPOConfig fixes advantage_estimator (init=False); it is written after.
     Hook(
         "tunix.rl.grpo.drgrpo_learner",
@@ -239,6 +280,31 @@ class LearnerHooks:
     def tunix_run_global_step(self, *args: Any, **kwargs: Any) -> None:
         """tunix's own global step: each of its mini-batch steps, before tunix counts it."""
         super()._run_global_step(*args, **kwargs)  # type: ignore[misc]
+
+
+class AgenticLearnerHooks:
+    """The agentic ``GRPOLearner``'s private methods, each handed to a public method of
+    ``AdvBudgetAgenticGRPOLearner`` (:mod:`._agentic`), which lists this class first in its
+    bases: ``super()`` here is tunix's agentic ``GRPOLearner``."""
+
+    def _process_results(
+        self, trajectories: Any, mode: Any = None, expected_step: Any = None
+    ) -> Any:
+        return self.process_results(trajectories, mode, expected_step)  # type: ignore[attr-defined]
+
+    def tunix_process_results(self, trajectories: Any, mode: Any, expected_step: Any) -> Any:
+        """tunix's own rewards and advantages of ``trajectories`` (one group, or one
+        micro-batch of groups): a list of ``TrainExample``."""
+        process = super()._process_results  # type: ignore[misc]
+        if mode is None:
+            return process(trajectories, expected_step=expected_step)
+        return process(trajectories, mode, expected_step)
+
+
+def trajectory_version(trajectory: Any) -> Any:
+    """The policy version tunix stamped on a trajectory (its task's at the last model call;
+    None if absent)."""
+    return trajectory.traj.get("policy_version")
 
 
 def restored_checkpoint_metadata(trainer: Any) -> dict[str, Any]:

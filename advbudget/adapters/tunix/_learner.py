@@ -34,7 +34,7 @@ from ._convention import TUNIX
 from ._estimators import metric_fn, registered_names
 from ._hooks import LearnerHooks, restored_checkpoint_metadata
 from ._kappa import KappaHooks, KappaTracker, kappa_batch
-from ._options import options, read_options
+from ._options import STALENESS_REFUSED, options, read_options, staleness_given
 
 #: The key of the run's memory (the prompt ledger, an estimator's state) in the custom
 #: metadata of tunix's actor checkpoints; :data:`LEDGER_METADATA`: the ledger alone, in
@@ -81,6 +81,11 @@ class AdvBudgetGRPOLearner(LearnerHooks, GRPOLearner):  # type: ignore[misc, unu
       text is its identity; the state is updated by training steps only (an evaluation
       reads it) and kept in the checkpoints' custom metadata with the ledger.
 
+    - ``max_staleness`` and ``stale_rollouts`` are refused with the reason: tunix's
+      ``GRPOLearner`` stamps no policy version on its rollouts
+      (:class:`~advbudget.adapters.tunix.AdvBudgetAgenticGRPOLearner` reads the agentic
+      learner's).
+
     The options are read once, when it is built: ``configure``'s (or the environment's) with
     these, into ``advbudget_options``. Every other argument is ``GRPOLearner``'s.
     """
@@ -93,11 +98,19 @@ class AdvBudgetGRPOLearner(LearnerHooks, GRPOLearner):  # type: ignore[misc, unu
         metric_fns: Sequence[Any] | None = None,
         kappa_every: int = TUNIX.kappa_every,
         prompt_ledger: bool = True,
+        max_staleness: int | None = None,
+        stale_rollouts: str = "keep",
         **kwargs: Any,
     ) -> None:
         # Read once, here: the configured options (configure(), the environment) and ours.
         self.advbudget_options = read_options(
-            {**options(), "skipped_groups": skipped_groups, "kappa_every": kappa_every}
+            {
+                **options(),
+                "skipped_groups": skipped_groups,
+                "kappa_every": kappa_every,
+                **staleness_given(max_staleness, stale_rollouts),
+            },
+            staleness_refused=STALENESS_REFUSED,
         )
         if not isinstance(prompt_ledger, bool):
             raise TypeError(f"prompt_ledger: expected a bool, got {prompt_ledger!r}")

@@ -43,9 +43,14 @@ def key_of(name: str) -> str:
     return name
 
 
-def read_options(given: Mapping[str, Any]) -> AdapterOptions:
+def read_options(
+    given: Mapping[str, Any], *, staleness_refused: str | None = None
+) -> AdapterOptions:
     """The options of keyword arguments ``given`` (defaults from tunix's convention row); an
-    unknown or bad one raises a one-line ValueError naming it.
+    unknown or bad one raises a one-line ValueError naming it. ``staleness_refused``: why
+    the learner reading them refuses ``max_staleness`` and ``stale_rollouts``
+    (:data:`STALENESS_REFUSED` for ``AdvBudgetGRPOLearner``; None: the agentic learner,
+    which reads each trajectory's policy version).
 
     Examples:
         >>> options = read_options({"budget": 0.5, "skipped_groups": "Drop"})
@@ -63,17 +68,16 @@ def read_options(given: Mapping[str, Any]) -> AdapterOptions:
         key=key_of,
         resample_refused=RESAMPLE_REFUSED,
         kl_rho_refused=KL_RHO_REFUSED,
-        staleness_refused=STALENESS_REFUSED,
+        staleness_refused=staleness_refused,
     )
 
 
-#: Why the staleness options are refused in tunix: its agentic learner stamps a policy
-#: version on each trajectory (``agentic_grpo_learner.py:565``) but calls the estimator
-#: with the rewards and ``num_generations`` only (``:549-554``); the adapter would need a
-#: hook on that method. The ``GRPOLearner`` scores rollouts of the current weights.
+#: Why ``AdvBudgetGRPOLearner`` refuses the staleness options: tunix's ``GRPOLearner``
+#: stamps no policy version on its rollouts (it scores them right after generating them);
+#: its agentic learner does, and ``AdvBudgetAgenticGRPOLearner`` reads them.
 STALENESS_REFUSED = (
-    "tunix's agentic learner keeps each trajectory's policy version but hands its "
-    "advantage estimator only the rewards, and the adapter does not reach the versions yet"
+    "tunix's GRPOLearner stamps no policy version on its rollouts; "
+    "AdvBudgetAgenticGRPOLearner reads the versions tunix's agentic learner stamps"
 )
 
 
@@ -83,6 +87,17 @@ KL_RHO_REFUSED = (
     "the adapter does not score past responses again with tunix's actor yet; give spo a "
     "constant rho in [0, 1] (default 0.875)"
 )
+
+
+def staleness_given(max_staleness: int | None, stale_rollouts: str) -> dict[str, Any]:
+    """A learner's staleness keywords as options: those it was given (None and ``keep``,
+    the defaults, are not)."""
+    given: dict[str, Any] = {}
+    if max_staleness is not None:
+        given["max_staleness"] = max_staleness
+    if stale_rollouts != "keep":
+        given["stale_rollouts"] = stale_rollouts
+    return given
 
 
 def _refuse_unknown(given: Mapping[str, Any], allowed: list[str]) -> None:

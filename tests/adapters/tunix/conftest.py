@@ -44,6 +44,7 @@ def tiny_cluster(
     max_steps: int,
     temperature: float = 1.0,
     own_rollout_mesh: bool = False,
+    kv_cache_size: int = 64,
     **training: Any,
 ) -> Any:
     """A tunix ``RLCluster`` on the first CPU device with a tiny Qwen3 actor and
@@ -52,6 +53,7 @@ def tiny_cluster(
     ``own_rollout_mesh``: the rollout gets a mesh of its own (the same device under a
     third axis name), so tunix copies the actor for rollout, syncs it after each global
     step and prepares the next micro-batch while one trains (async rollout).
+    ``kv_cache_size``: the rollout's cache (prompt and completion tokens).
     ``training``: further ``RLTrainingConfig`` fields (batch sizes, checkpoints).
     """
     import jax
@@ -97,7 +99,7 @@ def tiny_cluster(
             rollout_config=base_rollout.RolloutConfig(
                 max_tokens_to_generate=16,
                 max_prompt_length=32,
-                kv_cache_size=64,
+                kv_cache_size=kv_cache_size,
                 temperature=temperature,
                 eos_tokens=[eos],
             ),

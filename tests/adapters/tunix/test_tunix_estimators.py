@@ -408,17 +408,24 @@ ABC_CACHE = "_abc_impl"
 
 def test_every_override_is_a_recorded_hook() -> None:
     """A method of ours that shadows one of tunix's learners' (on purpose or by a clash of
-    names) is an override, recorded and kept in ``_hooks.LearnerHooks``."""
+    names) is an override, recorded and kept in ``_hooks.LearnerHooks`` (the agentic
+    learner's in ``_hooks.AgenticLearnerHooks``)."""
+    from tunix.rl.agentic.agentic_grpo_learner import GRPOLearner as AgenticGRPOLearner
     from tunix.rl.grpo.dapo_learner import DAPOLearner
     from tunix.rl.grpo.grpo_learner import GRPOLearner
 
-    from advbudget.adapters.tunix import AdvBudgetDAPOLearner, AdvBudgetGRPOLearner
+    from advbudget.adapters.tunix import (
+        AdvBudgetAgenticGRPOLearner,
+        AdvBudgetDAPOLearner,
+        AdvBudgetGRPOLearner,
+    )
     from advbudget.adapters.tunix._hooks import HOOKS
 
     overrides = set()
     for learner, tunix in (
         (AdvBudgetGRPOLearner, GRPOLearner),
         (AdvBudgetDAPOLearner, DAPOLearner),
+        (AdvBudgetAgenticGRPOLearner, AgenticGRPOLearner),
     ):
         mro = learner.__mro__
         overrides |= {
@@ -427,8 +434,11 @@ def test_every_override_is_a_recorded_hook() -> None:
             for name in vars(cls)
             if hasattr(tunix, name) and not name.startswith("__") and name != ABC_CACHE
         }
+    agentic = "tunix.rl.agentic."
     recorded = {
-        f"advbudget.adapters.tunix._hooks.LearnerHooks.{hook.qualname.rsplit('.', 1)[-1]}"
+        f"advbudget.adapters.tunix._hooks."
+        f"{'Agentic' if hook.module.startswith(agentic) else ''}LearnerHooks."
+        f"{hook.qualname.rsplit('.', 1)[-1]}"
         for hook in HOOKS
         if hook.use == "override"
     }
