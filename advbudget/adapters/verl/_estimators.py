@@ -31,6 +31,10 @@ line, e.g. ``+algorithm.advbudget.budget=0.5``):
 - ``advbudget.skipped_groups`` (``keep``, default; ``drop`` or ``resample`` with the
   ``advbudget_*`` trainers) and ``advbudget.max_generation_batches`` (resample's cap, default
   10): see :mod:`advbudget.adapters.verl._skipped` and :mod:`advbudget.adapters.verl._resample`;
+- ``advbudget.max_staleness`` / ``advbudget.stale_rollouts`` (``keep``, default;
+  ``baseline_only``, ``drop``, ``drop_group``): the core's staleness rule, in verl's async
+  trainers (each rollout's policy version from verl's batch: :mod:`._staleness`); refused
+  in the others, whose rollouts are never stale;
 - ``norm_adv_by_std_in_grpo`` (verl's own, default True): ``advbudget_grpo`` divides by the
   group std only when it is True; False gives Dr.GRPO's ``r - mean``, as verl's ``grpo``.
 
@@ -76,10 +80,11 @@ from advbudget.core import (
     whiten_tokens,
 )
 
-from .._features import lent_keywords, publish
+from .._features import lent_keywords, lent_versions, publish
 from ._convention import VERL
 from ._hooks import compute_advantage_data, estimator_registry
 from ._options import option, read_options
+from ._staleness import log_async_metrics, staleness_keywords
 
 VerlEstimator = Callable[..., tuple[Any, Any]]
 
@@ -438,7 +443,11 @@ def compute_result(
         "verl hands an estimator no prompt identity: run an advbudget trainer mode "
         "(trainer.v1.trainer_mode=advbudget_sync), which lends it each row's prompt",
     )
-    return compute_advantages(scores, core, group_ids=index, **settings, **inputs, **memory)
+    # Versions lent by a caller, else those of verl's async advantage step we run under.
+    versions = lent_versions(size) or staleness_keywords(read_options(config), size)
+    return compute_advantages(
+        scores, core, group_ids=index, **settings, **inputs, **memory, **versions
+    )
 
 
 _FUNCTIONS: dict[str, VerlEstimator] = {}
@@ -510,6 +519,7 @@ def _estimate(name: str, mirror: Mirror | None, given: dict[str, Any]) -> tuple[
         **extra,
     )
     publish(result)  # to the advbudget_* trainer's hooks that run after verl's call
+    log_async_metrics(result, read_options(config))  # verl's async trainers: no such hooks
     torch = sys.modules["torch"]
     dtype = rewards.dtype if rewards.is_floating_point() else torch.float32
     if mirror is not None and mirror.tokens:

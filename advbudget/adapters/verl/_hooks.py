@@ -9,7 +9,8 @@ Nothing here runs at ``import verl`` beyond registering names: the trainer overr
 in the ``advbudget_*`` trainer modes, the replay-buffer overrides only with
 ``skipped_groups=resample``, and the actor's ``train_batch`` is wrapped only in the worker
 processes of an ``advbudget_*`` trainer with ``skipped_groups=drop`` (the trainer hands them
-:data:`KEPT_ROWS_ENV` through verl's worker environment; :func:`install_requested`).
+:data:`KEPT_ROWS_ENV` through verl's worker environment; :func:`install_requested`). verl's
+async trainers are only read, from inside our estimator (:func:`async_advantage_step`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from .._hooks import Hook
 _TRAINER = "verl.trainer.ppo.v1.trainer_base"
 _BUFFER = "verl.trainer.ppo.v1.replay_buffer"
 _WORKERS = "verl.workers.engine_workers"
+_SEPARATION = "verl.experimental.separation.ray_trainer"
+_FULLY_ASYNC = "verl.experimental.fully_async_policy.fully_async_trainer"
+_ONE_STEP_OFF = "verl.experimental.one_step_off_policy.ray_trainer"
 
 HOOKS: tuple[Hook, ...] = (
     # Registration: our estimator names and trainer modes.
@@ -212,6 +216,63 @@ HOOKS: tuple[Hook, ...] = (
         "verl/trainer/ppo/v1/replay_buffer.py:421",
         "override",
     ),
+    # The async trainers (experimental fully_async_policy, one_step_off_policy): our
+    # estimator reads the step's trainer and batch from the frame of verl's advantage step
+    # (no patch), each rollout's weights label and the trainer's version (the staleness rule).
+    Hook(
+        _SEPARATION,
+        "SeparateRayPPOTrainer._fit_compute_advantage",
+        "(self, batch) -> verl.protocol.DataProto",
+        "verl/experimental/separation/ray_trainer.py:576",
+        "read",
+    ),
+    Hook(
+        _SEPARATION,
+        "SeparateRayPPOTrainer.__init__",
+        None,
+        "verl/experimental/separation/ray_trainer.py:98",
+        "write",
+        attribute="metrics",  # the step's metrics dict (fit_step makes it), logged after it
+    ),
+    Hook(
+        _SEPARATION,
+        "SeparateRayPPOTrainer.__init__",
+        None,
+        "verl/experimental/separation/ray_trainer.py:88",
+        "read",
+        attribute="global_steps",
+    ),
+    Hook(
+        _FULLY_ASYNC,
+        "FullyAsyncTrainer",
+        None,
+        "verl/experimental/fully_async_policy/fully_async_trainer.py:54",
+        "read",
+    ),
+    Hook(  # set at :143 too (Ray's actor class hides that __init__ from the lookup)
+        _FULLY_ASYNC,
+        "FullyAsyncTrainer.load_checkpoint",
+        "(self)",
+        "verl/experimental/fully_async_policy/fully_async_trainer.py:1010",
+        "read",
+        attribute="current_param_version",  # +1 a weight sync (:687), after the advantage
+    ),
+    Hook(
+        _ONE_STEP_OFF,
+        "OneStepOffRayTrainer",
+        None,
+        "verl/experimental/one_step_off_policy/ray_trainer.py:49",
+        "read",
+    ),
+    # Each rollout's weights label: verl's agent loop copies the LLM server's global_steps
+    # (max over a partial rollout's resumes) into non_tensor_batch.
+    Hook(
+        "verl.experimental.agent_loop.agent_loop",
+        "AgentLoopWorker._postprocess",
+        None,
+        "verl/experimental/agent_loop/agent_loop.py:1126",
+        "read",
+    ),
     # TransferQueue: the v1 trainer's batch store (public API, recorded for its upgrades).
     Hook(
         "transfer_queue",
@@ -267,6 +328,64 @@ def compute_advantage_data() -> Any:
             return frame.f_locals.get("data")
         frame = frame.f_back  # type: ignore[assignment]
     return None
+
+
+# -- the async trainers' advantage step ---------------------------------------------------
+
+#: verl's async trainers whose weights labels the adapter knows -> their kind (what a label
+#: means in each: :mod:`._staleness`).
+ASYNC_TRAINERS = {
+    (_FULLY_ASYNC, "FullyAsyncTrainer"): "fully_async",
+    (_ONE_STEP_OFF, "OneStepOffRayTrainer"): "one_step_off",
+}
+
+
+def async_advantage_step() -> tuple[Any, Any] | None:
+    """``(trainer, batch)`` of verl's async advantage step
+    (``SeparateRayPPOTrainer._fit_compute_advantage``, both async trainers') this estimator
+    runs under, or None (any other caller: the v1 and legacy trainers, a direct call)."""
+    module = sys.modules.get(_SEPARATION)
+    if module is None:  # never imported: not under it
+        return None
+    # Ray only sets a __signature__ on the methods of an actor's class: the code is verl's.
+    code = inspect.unwrap(module.SeparateRayPPOTrainer._fit_compute_advantage).__code__
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is code:
+            return frame.f_locals.get("self"), frame.f_locals.get("batch")
+        frame = frame.f_back  # type: ignore[assignment]
+    return None
+
+
+def async_trainer_kind(trainer: Any) -> str | None:
+    """``fully_async`` or ``one_step_off`` (:data:`ASYNC_TRAINERS`), by the verl class the
+    trainer is or extends (Ray's actor wraps FullyAsyncTrainer in a subclass); None for
+    another trainer."""
+    for cls in type(trainer).__mro__:
+        kind = ASYNC_TRAINERS.get((cls.__module__, cls.__name__))
+        if kind is not None:
+            return kind
+    return None
+
+
+def weights_labels(batch: Any) -> Any:
+    """Each rollout's weights label (``non_tensor_batch["max_global_steps"]``: the label of
+    the newest weights that generated its tokens), or None without the key."""
+    return batch.non_tensor_batch.get("max_global_steps")
+
+
+def trainer_label(trainer: Any, kind: str) -> int:
+    """The async trainer's own label: fully_async's ``current_param_version`` (weight syncs
+    so far), one_step_off's ``global_steps`` (the step running)."""
+    if kind == "fully_async":
+        return int(trainer.current_param_version)
+    return int(trainer.global_steps)
+
+
+def step_metrics_dict(trainer: Any) -> dict[str, Any]:
+    """The async trainer's metrics of the running step (verl logs them after the step)."""
+    metrics: dict[str, Any] = trainer.metrics
+    return metrics
 
 
 # -- the advbudget_* trainers -----------------------------------------------------------

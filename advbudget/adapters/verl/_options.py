@@ -62,20 +62,8 @@ def read_options(algorithm: Any) -> AdapterOptions:
         key=key_of,
         off="null",
         kl_rho_refused=KL_RHO_REFUSED,
-        staleness_refused=STALENESS_REFUSED,
+        staleness_refused=None,  # read; refused where no versions exist (._staleness)
     )
-
-
-#: Why the staleness options are refused in verl: the trainer the adapter patches (v1,
-#: ``verl/trainer/ppo/v1/trainer_base.py``) scores each step's rollouts, all sampled with
-#: the current weights; verl's async modes (``verl/experimental/fully_async_policy``,
-#: ``one_step_off_policy``) run another trainer (``experimental/separation/ray_trainer.py``,
-#: ``_fit_compute_advantage``), which the adapter does not patch yet.
-STALENESS_REFUSED = (
-    "verl's trainer that the adapter patches scores rollouts sampled with the current "
-    "weights (none is stale); its async modes (experimental fully_async_policy, "
-    "one_step_off_policy) run a trainer the adapter does not patch yet"
-)
 
 
 #: Why ``rho=kl`` is refused in verl: a kept response must go through the actor's

@@ -69,6 +69,7 @@ from ._hooks import (
 from ._metrics import METRIC_PREFIX, batch_result, metrics_estimator
 from ._options import key_of, option, read_options
 from ._skipped import DROP_FLAG, check_options, drop_rule
+from ._staleness import SYNC_STALENESS_REFUSED
 
 # Our mode name -> (module, class, verl's mode name) of the verl trainer it extends.
 BASE_TRAINERS = {
@@ -126,6 +127,10 @@ def _make_trainer(base: type, base_mode: str) -> type:
             # Read once (the cached property's value); bad options fail here, before any
             # model loads.
             self.__dict__["advbudget_options"] = read_options(option(config, "algorithm", None))
+            if self.advbudget_options.max_staleness is not None:  # no versions reach us here
+                raise ValueError(
+                    f"{key_of('max_staleness')}: not available here: {SYNC_STALENESS_REFUSED}"
+                )
             mode = str(option(config, "trainer.v1.trainer_mode", ""))
             self._advbudget_skipped_groups = check_options(config, trainer_mode=mode)
             spec = _described_spec(option(config, "algorithm", None))

@@ -168,7 +168,7 @@ def test_a_bad_option_is_refused_in_one_line(driver: ModuleType, name: str, valu
 
 #: The adapters that know which policy version sampled each rollout; the others refuse the
 #: staleness options with their reason.
-STALENESS_WIRED = {"openrlhf"}
+STALENESS_WIRED = {"openrlhf", "tunix", "verl"}
 
 
 def test_the_staleness_options_are_read_or_refused_with_the_reason(

@@ -13,7 +13,10 @@ extension points:
 - :mod:`verlcpu.rollout`: the ``hfcpu`` rollout (worker side) and replica (trainer side);
 - :mod:`verlcpu.server`: the rollout server, a Ray actor generating with a Hugging Face
   forward loop (imports verl lazily);
-- :mod:`verlcpu.probe`: records every advantage-estimator call (pid, step) to a file;
+- :mod:`verlcpu.ckpt_engine`: the ``hfcpu`` checkpoint engine, the weight sync of verl's
+  async trainers (``actor_rollout_ref.rollout.checkpoint_engine.backend=hfcpu``);
+- :mod:`verlcpu.probe`: records every advantage-estimator call (pid, step; under the async
+  trainers each row's weights label and advantage) to a file;
 - :mod:`verlcpu.reward`: a reward with variance inside groups.
 
 Environment and overrides: :data:`ENV` and :func:`overrides`. Pinned to verl 0.9.1: the

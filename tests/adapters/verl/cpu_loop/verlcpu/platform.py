@@ -259,3 +259,7 @@ if os.environ.get("VERL_PLATFORM", "").strip().lower() == "cpu":
     _patch_init_process_group()
     _patch_cpu_offload_policy()
 _register_rollout()
+try:  # the async trainers' weight sync: verl's own engines need NCCL or one process
+    import verlcpu.ckpt_engine  # noqa: F401
+except ImportError as error:  # pragma: no cover (a verl without checkpoint engines)
+    print(f"[verlcpu] hfcpu checkpoint engine not registered: {error!r}", flush=True)

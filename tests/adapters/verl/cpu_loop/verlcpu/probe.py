@@ -2,7 +2,9 @@
 ``VERL_USE_EXTERNAL_MODULES``): one JSON line per call, with the pid of the process verl
 computed the advantage in, to ``$VERLCPU_PROBE_FILE``; for an estimator with memory also
 each row's prompt key (as lent by the trainer), sequence reward and advantage, for a
-replay. Without that variable: nothing."""
+replay; under verl's async trainers each row's weights label, the trainer's own labels
+(read here from the trainer itself, not through advbudget) and each row's advantage on
+every token. Without that variable: nothing."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ def _wrap(name: str, fn: Any) -> Any:
         }
         mask = kwargs["response_mask"] if "response_mask" in kwargs else args[1]
         record.update(_memory_call(rewards, mask, result))
+        record.update(_async_call(mask, result))
         with open(str(PROBE_FILE), "a") as out:
             out.write(json.dumps(record) + "\n")
         return result
@@ -49,6 +52,29 @@ def _memory_call(rewards: Any, mask: Any, result: Any) -> dict[str, Any]:
         "prompt_ids": [prompt_key(p) for p in lent],
         "rewards": rewards.sum(-1).tolist(),
         "advantages": advantages.tolist(),
+    }
+
+
+def _async_call(mask: Any, result: Any) -> dict[str, Any]:
+    """Under verl's async advantage step: the trainer, its labels, each row's weights label
+    and its advantages' min and max over the response tokens; nothing elsewhere."""
+    from advbudget.adapters.verl._hooks import async_advantage_step
+
+    step = async_advantage_step()
+    if step is None:
+        return {}
+    trainer, batch = step
+    labels = batch.non_tensor_batch.get("max_global_steps")
+    inside = mask.bool()
+    advantages = result[0]
+    return {
+        "trainer": [cls.__name__ for cls in type(trainer).__mro__],
+        "global_steps": int(trainer.global_steps),
+        "current_param_version": getattr(trainer, "current_param_version", None),
+        "labels": None if labels is None else [None if v is None else int(v) for v in labels],
+        "advantage_min": advantages.masked_fill(~inside, float("inf")).min(-1).values.tolist(),
+        "advantage_max": advantages.masked_fill(~inside, float("-inf")).max(-1).values.tolist(),
+        "tokens": inside.sum(-1).tolist(),
     }
 
 

@@ -1,0 +1,197 @@
+"""verl 0.9.1's async trainers, end to end on CPU, with the staleness rule
+(``+algorithm.advbudget.max_staleness``, ``stale_rollouts``) in them.
+
+Each run is the example's CPU command line (``CPU_LOOP=1 bash examples/verl_qwen3.sh``, as
+in ``test_loop.py``) with verl's async entry module in place of ``verl.trainer.main_ppo``
+(a ``PYTHON`` that swaps the module: the example stays as written) and what the async
+trainers need on CPU: the actor and the rollout in pools of their own (2 fake GPUs) and
+the ``hfcpu`` checkpoint engine (``cpu_loop/verlcpu/ckpt_engine.py``), the weight sync of
+a CPU. Assertions read verl's file logger (``advbudget/*`` and verl's own metrics of each
+logged step) and the probe (``verlcpu.probe``: each estimator call's rows, with their
+weights labels and the trainer's own labels read from the trainer itself, and each row's
+advantage on every response token).
+
+- A: fully_async (verl.experimental.fully_async_policy.fully_async_main), 12 prompts,
+  one weight sync a step, the rollouter up to half a batch ahead: steps 2 and 3 train on
+  rollouts of the weights before the last sync beside fresh ones. ``max_staleness=0
+  stale_rollouts=baseline_only``: each stale rollout gets advantage 0 on every token (no
+  policy gradient), the fresh ones are scored.
+- B: one_step_off (verl.experimental.one_step_off_policy.main_ppo), 3 steps,
+  ``max_staleness=0 stale_rollouts=drop``: step 1's rollouts are fresh (the first weights
+  carry labels 0 and 1), every later step's are one update behind, all dropped.
+
+~1-1.5 min each on 2 cores.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from .conftest import VERL_WARNINGS
+from .test_loop import LR, Run, run_example
+
+pytest.importorskip("verl")
+pytest.importorskip("transfer_queue")
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash"),
+    VERL_WARNINGS,
+]
+
+# Both async trainers: the rollout in a pool of its own (not hybrid), one fake GPU each
+# for the actor and the rollout, weights through the hfcpu checkpoint engine.
+ASYNC_OVERRIDES = (
+    f"actor_rollout_ref.actor.optim.lr={LR}",
+    "trainer.save_freq=-1",
+    "actor_rollout_ref.hybrid_engine=False",
+    "rollout.nnodes=1",
+    "rollout.n_gpus_per_node=1",
+    "++ray_kwargs.ray_init.num_gpus=2",
+    "actor_rollout_ref.rollout.checkpoint_engine.backend=hfcpu",
+)
+
+
+def python_with_entry(folder: Path, entry: str) -> str:
+    """A ``PYTHON`` for the example that runs ``entry`` where the example runs
+    ``-m verl.trainer.main_ppo``, and is this interpreter for everything else."""
+    script = folder / "python"
+    script.write_text(
+        "#!/usr/bin/env bash\n"
+        'if [ "$1" = -m ] && [ "$2" = verl.trainer.main_ppo ]; then\n'
+        f'  shift 2; exec "{sys.executable}" -m {entry} "$@"\n'
+        "fi\n"
+        f'exec "{sys.executable}" "$@"\n'
+    )
+    script.chmod(0o755)
+    return str(script)
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("verl_async_loop")
+
+
+@pytest.fixture(scope="module")
+def run_a(base: Path) -> Run:
+    """fully_async, reward_budget, max_staleness=0, baseline_only, 3 trainer steps."""
+    entry = "verl.experimental.fully_async_policy.fully_async_main"
+    return run_example(
+        base,
+        "a",
+        *ASYNC_OVERRIDES,
+        "ray_kwargs.ray_init.num_cpus=40",  # the trainer and rollouter actors ask for 10 each
+        "actor_rollout_ref.rollout.n=4",
+        "data.train_batch_size=0",  # fully_async: the trainer takes ppo_mini_batch_size prompts
+        "data.gen_batch_size=1",
+        "rollout.total_rollout_steps=12",  # 12 prompts: 3 trainer steps of 4
+        "async_training.trigger_parameter_sync_step=1",  # a sync after every update
+        "async_training.staleness_threshold=0.5",  # the rollouter runs ahead by half a batch
+        "+algorithm.advbudget.max_staleness=0",
+        "+algorithm.advbudget.stale_rollouts=baseline_only",
+        PYTHON=python_with_entry(base, entry),
+    )
+
+
+@pytest.fixture(scope="module")
+def run_b(base: Path) -> Run:
+    """one_step_off, reward_budget, max_staleness=0, drop, 3 steps."""
+    entry = "verl.experimental.one_step_off_policy.main_ppo"
+    return run_example(
+        base,
+        "b",
+        *ASYNC_OVERRIDES,
+        "ray_kwargs.ray_init.num_cpus=16",
+        "hydra.searchpath=[pkg://verl.trainer.config]",  # its config extends verl's
+        "+algorithm.advbudget.max_staleness=0",
+        "+algorithm.advbudget.stale_rollouts=drop",
+        PYTHON=python_with_entry(base, entry),
+        TOTAL_STEPS="3",
+    )
+
+
+def calls(run: Run, trainer: str) -> dict[int, dict[str, Any]]:
+    """The probe's estimator calls under ``trainer``'s advantage step, by global step."""
+    found = {c["global_steps"]: c for c in run.probe if trainer in c.get("trainer", [])}
+    assert len(found) == len(run.probe), run.probe
+    return found
+
+
+def logged(run: Run) -> dict[int, dict[str, Any]]:
+    """verl's logged step metrics with ours, by the trainer's global step."""
+    steps = {}
+    for metrics in run.steps.values():
+        if "advbudget/staleness_max" in metrics:
+            steps[int(metrics["training/global_step"])] = metrics
+    return steps
+
+
+def staleness_metrics(versions: np.ndarray, current: int, limit: int) -> dict[str, float]:
+    staleness = current - versions
+    return {
+        "advbudget/staleness_mean": float(staleness.mean()),
+        "advbudget/staleness_max": float(staleness.max()),
+        "advbudget/stale_fraction": float((staleness > limit).mean()),
+    }
+
+
+def test_a_fully_async_scores_only_the_fresh_rollouts(run_a: Run) -> None:
+    run_a.check()
+    steps = calls(run_a, "FullyAsyncTrainer")
+    assert sorted(steps) == [1, 2, 3], run_a.tail()
+    stale_rows = fresh_scored = 0
+    for step, call in steps.items():
+        labels, current = np.array(call["labels"]), call["current_param_version"]
+        assert current == step - 1, call  # one sync a step, after the advantage step
+        stale = labels < current  # max_staleness=0
+        low, high = np.array(call["advantage_min"]), np.array(call["advantage_max"])
+        assert (low[stale] == 0).all(), (step, call)
+        assert (high[stale] == 0).all(), (step, call)
+        stale_rows += int(stale.sum())
+        fresh_scored += int((high[~stale] != 0).sum())
+    assert stale_rows > 0, "no stale rollout in the run: the rollouter did not run ahead"
+    assert fresh_scored > 0
+    mixed = [s for s, c in steps.items() if len(set(c["labels"])) > 1]
+    assert mixed, "every batch of one version: the rule had nothing to choose between"
+
+
+def test_a_staleness_metrics_match_the_labels(run_a: Run) -> None:
+    run_a.check()
+    steps, metrics = calls(run_a, "FullyAsyncTrainer"), logged(run_a)
+    assert metrics, run_a.tail()  # verl logs a step at each sync (the last one may not be)
+    for step, logged_metrics in metrics.items():
+        call = steps[step]
+        expected = staleness_metrics(np.array(call["labels"]), call["current_param_version"], 0)
+        for key, value in expected.items():
+            assert logged_metrics[key] == pytest.approx(value), (step, key)
+        assert (
+            logged_metrics["advbudget/valid_fraction"]
+            <= 1 - expected["advbudget/stale_fraction"] + 1e-9
+        )
+        # verl's own count of stale trajectories (max_global_steps behind its version)
+        stale = expected["advbudget/stale_fraction"] * len(call["labels"])
+        assert logged_metrics["fully_async/count/stale_trajectory_processed"] == stale
+
+
+def test_b_one_step_off_drops_every_rollout_after_step_1(run_b: Run) -> None:
+    run_b.check()
+    steps = calls(run_b, "OneStepOffRayTrainer")
+    assert sorted(steps) == [1, 2, 3], run_b.tail()
+    for step, call in steps.items():
+        assert set(call["labels"]) == {step - 1}, call  # sent at the step's start
+        scored = np.array(call["advantage_max"]) != 0
+        assert scored.any() == (step == 1), (step, call)
+    metrics = logged(run_b)
+    assert sorted(metrics) == [1, 2, 3], run_b.tail()
+    for step, logged_metrics in metrics.items():
+        behind = 0.0 if step == 1 else 1.0
+        assert logged_metrics["advbudget/staleness_max"] == behind
+        assert logged_metrics["advbudget/stale_fraction"] == behind
+        valid = logged_metrics["advbudget/valid_fraction"]
+        assert valid > 0 if step == 1 else valid == 0, (step, valid)
