@@ -79,8 +79,7 @@ class AdvBudgetGRPOLearner(LearnerHooks, GRPOLearner):  # type: ignore[misc, unu
       custom metadata of tunix's actor checkpoints and restored with them.
     - an estimator with memory (``advbudget_spo``, ``advbudget_rae``): each row's prompt
       text is its identity; the state is updated by training steps only (an evaluation
-      reads it) and kept in the checkpoints' custom metadata with the ledger.
-
+      reads it) and kept in the checkpoints' custom metadata with the ledger;
     - ``max_staleness`` and ``stale_rollouts`` are refused with the reason: tunix's
       ``GRPOLearner`` stamps no policy version on its rollouts
       (:class:`~advbudget.adapters.tunix.AdvBudgetAgenticGRPOLearner` reads the agentic
