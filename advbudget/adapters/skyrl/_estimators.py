@@ -180,6 +180,19 @@ def check_inputs(name: str, spec: EstimatorSpec) -> None:
             )
 
 
+def check_step_wise_inputs(name: str, spec: EstimatorSpec) -> None:
+    """Refuse, in one line, an estimator that reads the response lengths when SkyRL runs
+    step-wise trajectories: it then hands the estimator the last turns' rows with a mask of
+    ones (``skyrl/train/trainer.py:1189``), so every length would be the padded width."""
+    if any(declared.name == "response_lengths" for declared in spec.inputs):
+        raise ValueError(
+            f"trainer.algorithm.advantage_estimator: {name} reads each response's length, "
+            "and with generator.step_wise_trajectories=true SkyRL hands an estimator a mask "
+            "of ones, not each trajectory's tokens (skyrl/train/trainer.py:1189); choose an "
+            "estimator without response lengths, or one row per trajectory"
+        )
+
+
 def _inputs(name: str, spec: EstimatorSpec, response_mask: Any) -> dict[str, Any]:
     check_inputs(name, spec)
     wanted = {declared.name for declared in spec.inputs}

@@ -84,7 +84,7 @@ from .._features import (
 )
 from .._options import AdapterOptions
 from ._convention import SKYRL
-from ._estimators import check_inputs, core_settings, padding_rows
+from ._estimators import check_inputs, check_step_wise_inputs, core_settings, padding_rows
 from ._options import key_of, read_options
 
 #: The run's memory (the ledger, an estimator's state) in each ``global_step_N`` folder.
@@ -126,6 +126,8 @@ def check_run(cfg: Any) -> AdapterOptions:
         spec = get_spec(SKYRL.core_name(name))
         SKYRL.check_rewards(spec, name)
         check_inputs(name, spec)
+        if cfg.generator.step_wise_trajectories:
+            check_step_wise_inputs(name, spec)
         check_memory(spec, options, key_of)
     if options.skipped_groups == "resample":
         refused = _resample_refused(cfg, name)

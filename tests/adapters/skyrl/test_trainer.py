@@ -226,6 +226,26 @@ def test_a_run_it_cannot_honour_is_refused_before_ray(overrides: list[str], mess
     assert "\n" not in str(refused.value)
 
 
+def test_step_wise_refuses_the_estimators_that_read_response_lengths() -> None:
+    """Step-wise, SkyRL hands the estimator a mask of ones over the last turns
+    (trainer.py:1189): a length would be the padded width, so these are refused before Ray
+    starts, and every other catalogue estimator runs."""
+    from advbudget.core import estimator_specs
+
+    step_wise = "generator.step_wise_trajectories=true"
+    for spec in estimator_specs():
+        if spec.components or set(spec.required_inputs) - {"response_lengths"} or spec.tracker:
+            continue  # refused for another reason (rewards, inputs, memory): tested apart
+        overrides = [f"trainer.algorithm.advantage_estimator=advbudget_{spec.name}", step_wise]
+        if any(declared.name == "response_lengths" for declared in spec.inputs):
+            with pytest.raises(ValueError, match=r"reads each response's length") as refused:
+                check_run(parse_config(overrides))
+            assert "\n" not in str(refused.value)
+            check_run(parse_config(overrides[:1]))  # one row per trajectory: its lengths
+        else:
+            check_run(parse_config(overrides))
+
+
 def _generated(rewards: list[float], first_uid: int) -> tuple[dict[str, Any], list[str]]:
     """A SkyRL ``GeneratorOutput`` of one generation round (G rows a prompt, uids counted
     from ``first_uid``), as its generator returns it."""
