@@ -14,18 +14,10 @@ from tunix.rl.agentic.agentic_grpo_learner import (  # type: ignore[import-not-f
     GRPOLearner as AgenticGRPOLearner,
 )
 
-from .._features import (
-    Step,
-    dropped_rows,
-    forget_published,
-    lend_versions,
-    step_metrics,
-    take_published,
-)
+from .._features import Step, forget_published, lend_versions, step_metrics, take_published
 from ._convention import TUNIX
-from ._estimators import metric_fn
 from ._hooks import AgenticLearnerHooks, trajectory_version
-from ._learner import drop_skipped_rows
+from ._learner import drop_step_rows, split_metric_fns
 from ._options import options, read_options, staleness_given
 
 
@@ -74,10 +66,7 @@ class AdvBudgetAgenticGRPOLearner(AgenticLearnerHooks, AgenticGRPOLearner):  # t
                 **staleness_given(max_staleness, stale_rollouts),
             }
         )
-        # We log metric_fn's keys ourselves, from the group's one result: a metric_fn in
-        # metric_fns would take that result first.
-        self._advbudget_metrics = metrics or metric_fn in (metric_fns or ())
-        fns = [fn for fn in metric_fns or () if fn is not metric_fn]
+        self._advbudget_metrics, fns = split_metric_fns(metrics, metric_fns)
         super().__init__(*args, metric_fns=fns, **kwargs)
         name = self.algo_config.advantage_estimator
         ours = name in TUNIX.names()
@@ -109,10 +98,8 @@ class AdvBudgetAgenticGRPOLearner(AgenticLearnerHooks, AgenticGRPOLearner):  # t
             return examples  # not one of our estimators
         step = Step(scored, self.advbudget_options, TUNIX.metric_prefix)
         if self.advbudget_options.skipped_groups == "drop":
-            keep = np.ones(len(trajectories), dtype=bool)
-            keep[dropped_rows(step)] = False
             (example,) = examples  # tunix's GRPO merges the trajectories into one example
-            examples = [drop_skipped_rows(example, keep)]
+            examples = [drop_step_rows(example, step)]
         if self._advbudget_metrics:
             metrics = step_metrics(step)
             self.rl_cluster.buffer_metrics_async(

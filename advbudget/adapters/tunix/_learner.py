@@ -58,6 +58,23 @@ def drop_skipped_rows(example: Any, valid: Any) -> Any:
     return example.replace(completion_mask=jnp.where(keep[:, None], mask, jnp.zeros_like(mask)))
 
 
+def drop_step_rows(example: Any, step: Step) -> Any:
+    """``example`` with the completion rows ``drop`` leaves out of ``step`` masked
+    (:func:`drop_skipped_rows`): a skipped group's, a NaN reward's, a withheld or dropped
+    stale rollout's."""
+    keep = np.ones(int(example.advantages.shape[0]), dtype=bool)
+    keep[dropped_rows(step)] = False
+    return drop_skipped_rows(example, keep)
+
+
+def split_metric_fns(metrics: bool, metric_fns: Sequence[Any] | None) -> tuple[bool, list[Any]]:
+    """Whether a learner logs our metrics, and tunix's ``metric_fns`` without
+    :func:`metric_fn`: we log its keys ourselves, from the step's one published result,
+    which a ``metric_fn`` in ``metric_fns`` would take first."""
+    ours = metrics or metric_fn in (metric_fns or ())
+    return ours, [fn for fn in metric_fns or () if fn is not metric_fn]
+
+
 class AdvBudgetGRPOLearner(LearnerHooks, GRPOLearner):  # type: ignore[misc, unused-ignore]
     """tunix's ``GRPOLearner`` (also with ``DAPOConfig`` or :func:`drgrpo_config`) plus:
 
@@ -113,10 +130,7 @@ class AdvBudgetGRPOLearner(LearnerHooks, GRPOLearner):  # type: ignore[misc, unu
         )
         if not isinstance(prompt_ledger, bool):
             raise TypeError(f"prompt_ledger: expected a bool, got {prompt_ledger!r}")
-        # We log metric_fn's keys ourselves, from the step's one result: a metric_fn in
-        # metric_fns would take that result first.
-        self._advbudget_metrics = metrics or metric_fn in (metric_fns or ())
-        fns = [fn for fn in metric_fns or () if fn is not metric_fn]
+        self._advbudget_metrics, fns = split_metric_fns(metrics, metric_fns)
         super().__init__(*args, metric_fns=fns, **kwargs)
         name = self.algo_config.advantage_estimator
         if self.advbudget_options.skipped_groups == "drop" and name not in TUNIX.names():
@@ -172,9 +186,7 @@ class AdvBudgetGRPOLearner(LearnerHooks, GRPOLearner):  # type: ignore[misc, unu
                     "skipped_groups: 'drop' found no advbudget estimator call in this step "
                     f"(advantage_estimator={self.algo_config.advantage_estimator!r})"
                 )
-            keep = np.ones(rows, dtype=bool)
-            keep[dropped_rows(step)] = False
-            example = drop_skipped_rows(example, keep)
+            example = drop_step_rows(example, step)
         if step is not None:
             metrics = step_metrics(step) if self._advbudget_metrics else {}
             if training and self.prompt_ledger is not None:

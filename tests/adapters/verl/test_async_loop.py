@@ -78,14 +78,21 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("verl_async_loop")
 
 
+def run_async(base: Path, name: str, entry: str, *overrides: str, **env: str) -> Run:
+    """The example's command line with verl's async ``entry`` module and the async
+    trainers' overrides (:data:`ASYNC_OVERRIDES`) before ``overrides``."""
+    return run_example(
+        base, name, *ASYNC_OVERRIDES, *overrides, PYTHON=python_with_entry(base, entry), **env
+    )
+
+
 @pytest.fixture(scope="module")
 def run_a(base: Path) -> Run:
     """fully_async, reward_budget, max_staleness=0, baseline_only, 3 trainer steps."""
-    entry = "verl.experimental.fully_async_policy.fully_async_main"
-    return run_example(
+    return run_async(
         base,
         "a",
-        *ASYNC_OVERRIDES,
+        "verl.experimental.fully_async_policy.fully_async_main",
         "ray_kwargs.ray_init.num_cpus=40",  # the trainer and rollouter actors ask for 10 each
         "actor_rollout_ref.rollout.n=4",
         "data.train_batch_size=0",  # fully_async: the trainer takes ppo_mini_batch_size prompts
@@ -95,23 +102,20 @@ def run_a(base: Path) -> Run:
         "async_training.staleness_threshold=0.5",  # the rollouter runs ahead by half a batch
         "+algorithm.advbudget.max_staleness=0",
         "+algorithm.advbudget.stale_rollouts=baseline_only",
-        PYTHON=python_with_entry(base, entry),
     )
 
 
 @pytest.fixture(scope="module")
 def run_b(base: Path) -> Run:
     """one_step_off, reward_budget, max_staleness=0, drop, 3 steps."""
-    entry = "verl.experimental.one_step_off_policy.main_ppo"
-    return run_example(
+    return run_async(
         base,
         "b",
-        *ASYNC_OVERRIDES,
+        "verl.experimental.one_step_off_policy.main_ppo",
         "ray_kwargs.ray_init.num_cpus=16",
         "hydra.searchpath=[pkg://verl.trainer.config]",  # its config extends verl's
         "+algorithm.advbudget.max_staleness=0",
         "+algorithm.advbudget.stale_rollouts=drop",
-        PYTHON=python_with_entry(base, entry),
         TOTAL_STEPS="3",
     )
 
