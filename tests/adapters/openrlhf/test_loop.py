@@ -44,13 +44,17 @@ pytest.importorskip("openrlhf")
 pytest.importorskip("deepspeed")
 pytest.importorskip("ray")
 
+from ..ray_console import console_text, logged_dicts, logged_reprs
+
 pytestmark = pytest.mark.slow
 
 SCRIPT = Path(__file__).resolve().parents[3] / "examples" / "openrlhf_qwen3.sh"
 TIMEOUT_S = 420  # one run; 40-90 s measured on a shared 2-core machine
 KAPPA_EVERY = 2
 # The trainer's status line: ppo_trainer.py:551 (sync), ppo_trainer_async.py:244 (async).
-STATUS = re.compile(r"\((?:PPOTrainer|TrainingActor) pid=(\d+)\).* Global step (\d+): (\{.*\})\s*$")
+STATUS = re.compile(r" Global step (\d+): ")
+# The client states a resumed run restored (ppo_trainer.py:439).
+CHECKPOINT_STATES = re.compile(r" checkpoint_states: ")
 # advbudget's per-step metrics (besides κ_eff and the reward file's counters).
 ADVANTAGE_METRICS = {
     "advbudget/advantage_mean",
@@ -123,17 +127,18 @@ def _run_example(cpu_dir: Path, *args: str, **env: str) -> Run:
     )
     environ.update(env)
     # A session of its own: on a timeout the whole group (Ray's processes too) is killed.
+    # Bytes: see ray_console.console_text.
     process = subprocess.Popen(
         ["bash", str(SCRIPT), *args],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environ,
-        start_new_session=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=environ, start_new_session=True,
     )  # fmt: skip
     try:
-        log, _ = process.communicate(timeout=TIMEOUT_S)
+        output, _ = process.communicate(timeout=TIMEOUT_S)
+        log = console_text(output)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
-        log, _ = process.communicate()
-        log += f"\n[test_loop] killed after {TIMEOUT_S} s"
+        output, _ = process.communicate()
+        log = console_text(output) + f"\n[test_loop] killed after {TIMEOUT_S} s"
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
     return parse_run(log, process.returncode, process.pid, probe)
@@ -142,11 +147,9 @@ def _run_example(cpu_dir: Path, *args: str, **env: str) -> Run:
 def parse_run(log: str, returncode: int, driver_pid: int, probe: Path) -> Run:
     steps: dict[int, dict[str, Any]] = {}
     trainer_pids = set()
-    for line in log.splitlines():
-        match = STATUS.search(line)
-        if match:
-            trainer_pids.add(int(match[1]))
-            steps[int(match[2])] = ast.literal_eval(re.sub(r"\bnan\b", "None", match[3]))
+    for pid, header, status in logged_dicts(log, STATUS):
+        trainer_pids.add(pid)
+        steps[int(header[1])] = status
     records = probe.read_text().split("\n") if probe.exists() else []
     fields = [line.split() for line in records if line]
     calls = [(int(f[1]), f[2]) for f in fields if f[0] == "estimator"]
@@ -345,11 +348,9 @@ def test_checkpoint_saved_and_resumed(cpu_dir: Path, budget_run: Run, resumed_ru
     assert (cpu_dir / "run" / "ckpt" / "_actor" / "global_step5").is_dir()
     # The prompt ledger went into the step-3 checkpoint (6 prompts seen) and came back:
     # OpenRLHF logs the restored client states (ppo_trainer.py:439).
-    restored = re.search(
-        r"checkpoint_states: .*'advbudget_memory': \{[^{}]*'prompt_ledger': (\{[^{}]*\})",
-        resumed_run.log,
-    )
-    assert restored, resumed_run.tail()
+    (states,) = [text for _, _, text in logged_reprs(resumed_run.log, CHECKPOINT_STATES)]
+    restored = re.search(r"'advbudget_memory': \{[^{}]*'prompt_ledger': (\{[^{}]*\})", states)
+    assert restored, states
     assert len(ast.literal_eval(restored[1])["keys"]) == 6
 
 
