@@ -11,7 +11,8 @@ and registry sync, the trainer in a Ray task), with:
 - :class:`AdvBudgetPPOTrainer`: around SkyRL's own advantage call, each step's advbudget
   metrics and the prompt ledger into SkyRL's logged metrics (``advbudget/...``), the rows
   ``skipped_groups=drop`` leaves out (their ``loss_mask`` zeroed), the estimator's memory
-  across steps; around its update, κ_eff every ``kappa_every`` steps;
+  across steps; around its update, κ_eff every ``kappa_every`` steps (of whole trajectories
+  with step-wise trajectories: the sum of their steps' log-probs);
 - :class:`MemoryCallback`: the run's memory (ledger, estimator state) in each
   ``global_step_N`` checkpoint folder (:data:`MEMORY_FILE`), read back on resume.
 
@@ -240,18 +241,33 @@ class AdvBudgetPPOTrainer(RayPPOTrainer):  # type: ignore[misc]
 
     def train_critic_and_policy(self, data: TrainingInputBatch) -> Any:
         step = self.advbudget_step
-        if step is None or self._step_wise or not kappa_due(step.options, self.global_step):
+        if step is None or not kappa_due(step.options, self.global_step):
             return super().train_critic_and_policy(data)
         pairs = kappa_rows(step)  # in the result's namespace: torch here
         rows = to_host(pairs.rows()).tolist()
-        before = self._sequence_logprobs(data, rows)
+        before = self._trajectory_logprobs(data, rows)
         status = super().train_critic_and_policy(data)
-        after = self._sequence_logprobs(data, rows)
+        after = self._trajectory_logprobs(data, rows)
         values = (
             kappa_eff_of_pairs(pairs, before, after, rows=pairs.rows()) if rows else torch.zeros(0)
         )
         self.all_metrics.update(defined(kappa_metric_dict(values, prefix=SKYRL.metric_prefix)))
         return status
+
+    def _trajectory_logprobs(self, data: TrainingInputBatch, trajectories: list[int]) -> Any:
+        """The policy's log-prob of each of the estimator's ``trajectories`` (its rows): a
+        row's response tokens, or with step-wise trajectories the sum over the trajectory's
+        steps of each step's response tokens (the environment's turns are in the next step's
+        prompt, not scored)."""
+        last = data.metadata.get("is_last_step") if self._step_wise else None
+        if last is None:
+            return self._sequence_logprobs(data, trajectories)
+        owner = trajectory_of_steps(last).tolist()
+        position = {trajectory: at for at, trajectory in enumerate(trajectories)}
+        steps = [row for row, trajectory in enumerate(owner) if trajectory in position]
+        per_step = self._sequence_logprobs(data, steps)
+        owners = torch.tensor([position[owner[row]] for row in steps], dtype=torch.long)
+        return torch.zeros(len(trajectories), dtype=per_step.dtype).index_add(0, owners, per_step)
 
     @property
     def _step_wise(self) -> bool:
@@ -275,13 +291,19 @@ class AdvBudgetPPOTrainer(RayPPOTrainer):  # type: ignore[misc]
         return values
 
 
+def trajectory_of_steps(last_step: Sequence[bool]) -> torch.Tensor:
+    """The trajectory of each row of a step-wise batch: SkyRL keeps a trajectory's steps
+    together, its last step last (``is_last_step``; ``trainer.py:1198-1200``), and row k of
+    the estimator's call is trajectory k."""
+    ends = torch.tensor(list(last_step), dtype=torch.long)
+    return torch.cat([torch.zeros(1, dtype=torch.long), ends[:-1]]).cumsum(0)
+
+
 def _drop(data: TrainingInputBatch, rows: list[int], last_step: Sequence[bool] | None) -> None:
     """Zero the loss mask of the estimator's ``rows`` (trajectories: every step of each,
     with step-wise trajectories)."""
-    if last_step is not None:  # row k of the estimator is the k-th trajectory
-        ends = torch.tensor(list(last_step), dtype=torch.bool)
-        trajectory = torch.cat([torch.zeros(1, dtype=torch.long), ends[:-1].long()]).cumsum(0)
-        chosen = torch.isin(trajectory, torch.tensor(rows))
+    if last_step is not None:
+        chosen = torch.isin(trajectory_of_steps(last_step), torch.tensor(rows))
     else:
         chosen = torch.zeros(len(data["loss_mask"]), dtype=torch.bool)
         chosen[rows] = True

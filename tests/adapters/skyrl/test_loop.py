@@ -31,16 +31,18 @@ a GPU, and nothing else:
   flash-attention, no vLLM Prometheus scraping (``train/utils/vllm_metrics_scraper.py``), no
   GPU monitor, no evaluation or export; a 2-prompt dataset.
 
-Two runs (about 45 s each on 2 shared cores), on the same 2 prompts every step: ``reward_budget``
-for 2 steps with a checkpoint after each, then the ``advbudget_grpo`` mirror resumed from the
-step-2 checkpoint for step 3. κ_eff every step (the script's CPU default). The reward is the
-parity of a CRC-32 of the response (``skyrl_cpu_loop.ParityEnv``): a tiny random model fails
-every DAPO problem, which would make every group tie (skipped: no advantages, no κ_eff).
+Three runs (about 45 s each on 2 shared cores), on the same 2 prompts every step:
+``reward_budget`` for 2 steps with a checkpoint after each, then the ``advbudget_grpo`` mirror
+resumed from the step-2 checkpoint for step 3, and ``reward_budget`` for 2 steps with SkyRL's
+step-wise trajectories (one row per turn) on the multi-turn environment. κ_eff every step
+(the script's CPU default). The reward is the parity of a CRC-32 of the response
+(``skyrl_cpu_loop.ParityEnv``, ``ParityTurnsEnv``): a tiny random model fails every DAPO
+problem, which would make every group tie (skipped: no advantages, no κ_eff). The probe also
+records each step's batch after the advantages (trajectory ids, rewards, advantages).
 """
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import dataclasses
 import json
@@ -52,24 +54,27 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 pytest.importorskip("skyrl")
 pytest.importorskip("ray")
 
+from advbudget import compute_advantages
+from advbudget.metrics import advantage_metric_dict
+
+from ..ray_console import console_text, logged_dicts
 from .conftest import SKYRL_WARNINGS
 
 pytestmark = [pytest.mark.slow, SKYRL_WARNINGS]
 
 SCRIPT = Path(__file__).resolve().parents[3] / "examples" / "skyrl_qwen3.sh"
 TIMEOUT_S = 360  # one run; about 45 s measured on a shared 2-core machine
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
-# Ray's prefix of a line its worker printed (log_to_driver, utils.py:1232).
-WORKER_LINE = re.compile(r"^\((\w+) pid=(\d+)\) ?(.*)$")
 # SkyRL's console tracker (tracking.py:189): "Step N: " then the pformat of the payload.
 STEP_HEADER = re.compile(r"tracking:log:\d+ - Step (\d+):\s*$")
 # advbudget's per-step metrics (besides κ_eff and the ledger's).
@@ -91,6 +96,8 @@ KAPPA_METRICS = {
     f"advbudget/kappa_eff/{s}" for s in ("count", "mean", "median", "std", "min", "max")
 }
 MEMORY_FILE = "advbudget_memory.json"  # advbudget.adapters.skyrl._trainer.MEMORY_FILE
+MAX_TURNS = 3  # skyrl_cpu_loop.MAX_TURNS: ParityTurnsEnv's turns
+SAMPLES = 8  # the script's generator.n_samples_per_prompt
 
 
 @dataclasses.dataclass
@@ -104,6 +111,7 @@ class Run:
     trainer_pids: set[int]  # the processes that logged the steps
     estimator_calls: list[tuple[int, str]]  # (pid, core estimator name), one per call
     weights: list[tuple[int, str]]  # (version, sha1), in the order the engine loaded them
+    batches: list[dict[str, Any]]  # each step's batch after the advantages (the probe's)
 
     def tail(self, lines: int = 80) -> str:
         return "\n".join(self.log.splitlines()[-lines:])
@@ -114,15 +122,15 @@ class Run:
 RAY_START_FAILURE = "The current node timed out during startup"
 
 
-def run_example(cpu_dir: Path, **env: str) -> Run:
-    run = _run_example(cpu_dir, **env)
+def run_example(cpu_dir: Path, *args: str, **env: str) -> Run:
+    run = _run_example(cpu_dir, *args, **env)
     if run.returncode != 0 and RAY_START_FAILURE in run.log:
         print("Ray did not start in 30 s, trying again")
-        run = _run_example(cpu_dir, **env)
+        run = _run_example(cpu_dir, *args, **env)
     return run
 
 
-def _run_example(cpu_dir: Path, **env: str) -> Run:
+def _run_example(cpu_dir: Path, *args: str, **env: str) -> Run:
     probe = cpu_dir / f"probe-{len(list(cpu_dir.glob('probe-*')))}.txt"
     ray_tmp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths
     environ = {k: v for k, v in os.environ.items() if k not in ("WANDB_API_KEY", "RAY_ADDRESS")}
@@ -135,50 +143,38 @@ def _run_example(cpu_dir: Path, **env: str) -> Run:
     )
     environ.update(env)
     # A session of its own: the whole group (Ray's processes too) can be killed at the end.
-    # Bytes: text mode would read tqdm's "\r" as a line break, and the rest of that line (a
-    # log line of the trainer's, "Step N:" among them) would lose Ray's "(name pid=N)" prefix.
+    # Bytes: see ray_console.console_text.
     process = subprocess.Popen(
-        ["bash", str(SCRIPT), f"trainer.log_path={cpu_dir / 'logs'}"],
+        ["bash", str(SCRIPT), f"trainer.log_path={cpu_dir / 'logs'}", *args],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=environ, cwd=cpu_dir,
         start_new_session=True,
     )  # fmt: skip
     try:
         output, _ = process.communicate(timeout=TIMEOUT_S)
-        log = output.decode("utf-8", errors="replace")
+        log = console_text(output)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         output, _ = process.communicate()
-        log = output.decode("utf-8", errors="replace") + f"\n[test_loop] killed after {TIMEOUT_S} s"
+        log = console_text(output) + f"\n[test_loop] killed after {TIMEOUT_S} s"
     finally:
         with contextlib.suppress(ProcessLookupError):  # whatever of the run is still alive
             os.killpg(process.pid, signal.SIGKILL)
         shutil.rmtree(ray_tmp, ignore_errors=True)
-    return parse_run(ANSI.sub("", log), process.returncode, process.pid, probe)
+    return parse_run(log, process.returncode, process.pid, probe)
 
 
 def parse_run(log: str, returncode: int, driver_pid: int, probe: Path) -> Run:
     steps: dict[int, dict[str, Any]] = {}
     trainer_pids = set()
-    open_step: tuple[int, str, list[str]] | None = None  # (step, pid, payload lines)
-    for line in log.split("\n"):  # not splitlines(): "\r" does not end a line here
-        match = WORKER_LINE.match(line)
-        if not match:
-            continue
-        pid, text = match[2], match[3]
-        header = STEP_HEADER.search(text)
-        if header:
-            open_step = (int(header[1]), pid, [])
-            trainer_pids.add(int(pid))
-        elif open_step and pid == open_step[1] and text[:1] in ("{", " "):
-            open_step[2].append(text)
-            if text.rstrip().endswith("}"):
-                payload = ast.literal_eval("\n".join(open_step[2]))
-                steps[open_step[0]] = {key: _number(value) for key, value in payload.items()}
-                open_step = None
-    records = [line.split() for line in probe.read_text().splitlines()] if probe.exists() else []
+    for pid, header, payload in logged_dicts(log, STEP_HEADER):
+        trainer_pids.add(pid)
+        steps[int(header[1])] = {key: _number(value) for key, value in payload.items()}
+    lines = probe.read_text().splitlines() if probe.exists() else []
+    records = [line.split() for line in lines]
     calls = [(int(f[1]), f[2]) for f in records if f[0] == "estimator"]
     weights = [(int(f[1]), f[2]) for f in records if f[0] == "weights"]
-    return Run(log, returncode, driver_pid, steps, trainer_pids, calls, weights)
+    batches = [json.loads(line.split(" ", 2)[2]) for line in lines if line.startswith("batch ")]
+    return Run(log, returncode, driver_pid, steps, trainer_pids, calls, weights, batches)
 
 
 def _number(value: Any) -> Any:
@@ -217,9 +213,26 @@ def resumed_run(cpu_dir: Path, budget_run: Run) -> Run:
     return checked(run_example(cpu_dir, BUDGET="0", TOTAL_STEPS="3"))
 
 
+@pytest.fixture(scope="module")
+def step_wise_run(cpu_dir: Path) -> Run:
+    """reward_budget, steps 1-2, one row per turn (SkyRL's step-wise trajectories) on the
+    multi-turn parity environment; checkpoints of its own."""
+    return checked(
+        run_example(
+            cpu_dir,
+            "generator.step_wise_trajectories=true",
+            f"generator.max_turns={MAX_TURNS}",
+            CPU_LOOP_ENV="advbudget_parity_turns",
+            CKPT_DIR=str(cpu_dir / "step-wise"),
+            TOTAL_STEPS="2",
+        )
+    )
+
+
 RUNS = {
     "budget": ("budget_run", [1, 2], "budget"),
     "resumed_mirror": ("resumed_run", [3], "grpo"),
+    "step_wise": ("step_wise_run", [1, 2], "budget"),
 }
 
 
@@ -286,3 +299,40 @@ def test_checkpoints_keep_the_ledger_and_the_resumed_run_reads_it(
         for step in run.steps
     }
     assert recurring == {1: 0.0, 2: 2.0, 3: 2.0}
+
+
+def test_step_wise_trajectories_count_once_and_every_turn_carries_their_advantage(
+    step_wise_run: Run,
+) -> None:
+    """One row per turn: each prompt's group is its 8 trajectories (not its rows), and every
+    turn of a trajectory carries the advantage of the trajectory, the core's with
+    ``trajectory_ids`` (the reward on the last turn, SkyRL's intermediate rewards left out)."""
+    run = step_wise_run
+    assert [batch["step"] for batch in run.batches] == [1, 2], run.tail()
+    for batch in run.batches:
+        trajectories = [
+            f"{instance}/{repetition}" for instance, repetition in batch["trajectories"]
+        ]
+        last = batch["is_last_step"]
+        # SkyRL's layout: a trajectory's turns together, its last turn last.
+        assert last == [
+            a != b for a, b in zip(trajectories, [*trajectories[1:], None], strict=True)
+        ]
+        turns = Counter(trajectories)
+        assert min(turns.values()) == 1, turns  # trajectories of one turn and of several
+        assert max(turns.values()) > 1, turns
+        groups = Counter(uid for uid, end in zip(batch["uids"], last, strict=True) if end)
+        assert set(groups.values()) == {SAMPLES}, groups
+        rewards = np.where(last, batch["rewards"], np.nan)
+        expected = compute_advantages(
+            rewards, "budget", group_ids=batch["uids"], trajectory_ids=trajectories
+        )
+        np.testing.assert_allclose(batch["advantages"], expected.advantages, rtol=0, atol=1e-6)
+        assert max(batch["spread"]) == 0.0  # one value over each turn's response tokens
+        earlier = [a for a, end in zip(batch["advantages"], last, strict=True) if not end]
+        assert any(a != 0 for a in earlier)  # earlier turns are trained (SkyRL#1492)
+        # The metrics count trajectories: what the core reports for one row per trajectory.
+        logged = run.steps[batch["step"]]
+        for key, value in advantage_metric_dict(expected, solved_reward=1.0).items():
+            if key in ADVANTAGE_METRICS:
+                assert logged[key] == pytest.approx(value, abs=1e-4), key  # '%.4f' strings

@@ -149,6 +149,27 @@ def test_step_wise_trajectories_are_scored_once_and_dropped_whole() -> None:
     assert trainer.all_metrics["advbudget/skipped_group_fraction"] == pytest.approx(0.5)
 
 
+def test_step_wise_kappa_scores_whole_trajectories(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Step-wise, κ_eff's log-prob of a trajectory is the sum of its steps' (each step's
+    response tokens), forwarded for the pair trajectories' steps only."""
+    trainer = _trainer(
+        "trainer.algorithm.advantage_estimator=reward_budget",
+        "generator.step_wise_trajectories=true",
+    )
+    last = [False, True, True, False, False, True]  # trajectories of 2, 1 and 3 steps
+    forwarded: list[list[int]] = []
+
+    def step_logprobs(data: Any, rows: list[int]) -> torch.Tensor:
+        forwarded.append(rows)
+        return torch.tensor([10.0**row for row in rows], dtype=torch.float64)
+
+    monkeypatch.setattr(trainer, "_sequence_logprobs", step_logprobs)
+    batch = _batch([0.0] * 6)
+    batch.metadata["is_last_step"] = last
+    assert trainer._trajectory_logprobs(batch, [0, 2]).tolist() == [11.0, 111000.0]
+    assert forwarded == [[0, 1, 3, 4, 5]]
+
+
 def test_an_estimator_with_memory_remembers_each_prompt_by_uid(tmp_path: Any) -> None:
     """spo keeps a per-prompt baseline across steps, keyed by SkyRL's uid; the callback
     saves it beside the checkpoint and a resumed trainer reads it back."""

@@ -1,12 +1,14 @@
 """``python cpu_overrides.py CPU_DIR TOTAL_STEPS``: the SkyRL overrides of the CPU loop, one a
 line, which ``CPU_LOOP=1 bash examples/skyrl_qwen3.sh`` puts after its own; writes the loop's
-dataset, ``CPU_DIR/data/parity/train.jsonl``.
+dataset, ``CPU_DIR/data/parity/<environment>/train.jsonl``.
 
 Only what a CPU needs, and what makes the tiny run test something:
 
 - the first 2 problems of the bundled DAPO sample, every step (``train_batch_size=2``): the
   prompt ledger sees them recur; their rows name the parity environment of
-  ``skyrl_cpu_loop`` (a tiny random model fails every DAPO problem: no reward gaps);
+  ``skyrl_cpu_loop`` (a tiny random model fails every DAPO problem: no reward gaps), or with
+  ``CPU_LOOP_ENV=advbudget_parity_turns`` its multi-turn form (for step-wise trajectories,
+  with ``generator.step_wise_trajectories=true generator.max_turns=3`` given to the script);
 - no colocation (it sleeps and offloads through CUDA), the policy and the reference on fake
   GPUs of their own (sharing one offloads the idle model, ``worker_dispatch.py:158``, whose
   ``worker.py:427`` divides by ``torch.cuda.device_count()``, 0 here);
@@ -23,27 +25,38 @@ Only what a CPU needs, and what makes the tiny run test something:
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
 from advbudget.lab.data import load_problems, sample_path, write_skyrl
 
-ENV_CLASS = "advbudget_parity"  # skyrl_cpu_loop.ENV_CLASS (not imported: SkyRL takes 9 s)
+# skyrl_cpu_loop's environments (not imported: SkyRL takes 9 s): the one-turn parity
+# environment, or with CPU_LOOP_ENV=advbudget_parity_turns its multi-turn form.
+ENV_CLASSES = ("advbudget_parity", "advbudget_parity_turns")
 
 
-def write_dataset(folder: Path) -> Path:
-    (path,) = write_skyrl({"train": load_problems(sample_path("dapo"))[:2]}, folder)
+def env_class() -> str:
+    chosen = os.environ.get("CPU_LOOP_ENV", ENV_CLASSES[0])
+    if chosen not in ENV_CLASSES:
+        raise SystemExit(f"CPU_LOOP_ENV: expected one of {', '.join(ENV_CLASSES)}, got {chosen!r}")
+    return chosen
+
+
+def write_dataset(folder: Path, env: str) -> Path:
+    (path,) = write_skyrl({"train": load_problems(sample_path("dapo"))[:2]}, folder / env)
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-    path.write_text("".join(json.dumps({**row, "env_class": ENV_CLASS}) + "\n" for row in rows))
+    path.write_text("".join(json.dumps({**row, "env_class": env}) + "\n" for row in rows))
     return path
 
 
 def overrides(cpu_dir: Path, total_steps: int) -> list[str]:
-    train = write_dataset(cpu_dir / "data" / "parity")
+    env = env_class()
+    train = write_dataset(cpu_dir / "data" / "parity", env)
     return [
         f"data.train_data=['{train}']",
         "data.dataloader.num_workers=0",
-        f"environment.env_class={ENV_CLASS}",
+        f"environment.env_class={env}",
         "trainer.train_batch_size=2",
         "trainer.policy_mini_batch_size=2",
         f"trainer.epochs={total_steps + 1}",

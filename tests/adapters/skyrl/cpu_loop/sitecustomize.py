@@ -7,13 +7,15 @@ below right after its first import, each patch citing the SkyRL line (``skyrl/``
 answers. ``flash_attn/`` beside it is an import stub; ``skyrl_cpu_loop`` the experiment.
 
 ``ADVBUDGET_CPU_LOOP_PROBE=FILE``: every call of advbudget's core estimator made by the SkyRL
-adapter appends ``estimator <pid> <core name>`` to FILE.
+adapter appends ``estimator <pid> <core name>`` to FILE, and each step's batch after the
+advantages ``batch <pid> <JSON>`` (:func:`_probe_batch`).
 """
 
 from __future__ import annotations
 
 import importlib.abc
 import importlib.metadata
+import json
 import os
 import sys
 import types
@@ -100,11 +102,50 @@ def _probe_estimator(module: Any) -> None:
     module.compute_advantages = compute_advantages
 
 
+def _probe_batch(module: Any) -> None:
+    """Each step's batch after the advantages: per row, SkyRL's trajectory id (the generator's
+    ``(instance_id, repetition_id)``), uid, ``is_last_step``, reward, the advantage on its
+    first response token and the spread over its response tokens, and its mask counts."""
+    probe = os.environ.get("ADVBUDGET_CPU_LOOP_PROBE")
+    if not probe:
+        return
+    trainer = module.AdvBudgetPPOTrainer
+    convert, compute = trainer.convert_to_training_input, trainer.compute_advantages_and_returns
+
+    def convert_to_training_input(self: Any, generator_output: Any, uids: Any) -> Any:
+        ids = generator_output.get("trajectory_ids")
+        self._probe_trajectories = ids and [[t.instance_id, t.repetition_id] for t in ids]
+        return convert(self, generator_output, uids)
+
+    def compute_advantages_and_returns(self: Any, data: Any) -> Any:
+        data = compute(self, data)
+        mask = data["response_mask"].bool()
+        on_mask = [row[keep] for row, keep in zip(data["advantages"].double(), mask, strict=True)]
+        record = {
+            "step": self.global_step,
+            "trajectories": getattr(self, "_probe_trajectories", None),
+            "uids": list(data.metadata["uids"]),
+            "is_last_step": data.metadata.get("is_last_step"),
+            "rewards": data["rewards"].double().sum(dim=1).tolist(),
+            "advantages": [row[0].item() if len(row) else None for row in on_mask],
+            "spread": [(row.max() - row.min()).item() if len(row) else 0.0 for row in on_mask],
+            "response_tokens": mask.sum(dim=1).tolist(),
+            "loss_tokens": data["loss_mask"].sum(dim=1).tolist(),
+        }
+        with open(probe, "a", encoding="utf-8") as out:
+            out.write(f"batch {os.getpid()} {json.dumps(record)}\n")
+        return data
+
+    trainer.convert_to_training_input = convert_to_training_input
+    trainer.compute_advantages_and_returns = compute_advantages_and_returns
+
+
 _PATCHES: dict[str, Callable[[Any], None]] = {
     "torch": _patch_torch,
     "ray": _patch_ray,
     "skyrl": _check_skyrl,
     "advbudget.adapters.skyrl._estimators": _probe_estimator,
+    "advbudget.adapters.skyrl._trainer": _probe_batch,
 }
 
 

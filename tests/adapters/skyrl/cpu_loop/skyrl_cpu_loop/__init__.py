@@ -14,6 +14,8 @@ a GPU (``../sitecustomize.py`` patches the rest in every process):
 
 The reward comes from :class:`ParityEnv` (``environment.env_class=advbudget_parity``): a
 tiny random model fails every DAPO problem, so every group would tie and be skipped.
+:class:`ParityTurnsEnv` (``advbudget_parity_turns``, chosen by ``CPU_LOOP_ENV``, see
+``../cpu_overrides.py``) is its multi-turn form, for step-wise trajectories.
 
 ``ADVBUDGET_CPU_LOOP_PROBE=FILE``: the server appends ``weights <version> <sha1>`` for each
 state dict it loads (version 0: the sync before the first step).
@@ -39,6 +41,8 @@ from advbudget.adapters.skyrl import AdvBudgetPPOExp
 from advbudget.adapters.skyrl import main as advbudget_main
 
 ENV_CLASS = "advbudget_parity"
+TURNS_ENV_CLASS = "advbudget_parity_turns"  # ParityTurnsEnv, for step-wise trajectories
+MAX_TURNS = 3
 PROBE = "ADVBUDGET_CPU_LOOP_PROBE"
 
 
@@ -54,8 +58,31 @@ class ParityEnv(BaseTextEnv):  # type: ignore[misc]
         return BaseTextEnvStepOutput(observations=[], reward=reward, done=True, metadata={})
 
 
-if ENV_CLASS not in registry:  # each process that imports this module (driver, trainer task)
-    register(id=ENV_CLASS, entry_point=f"{__name__}:ParityEnv")
+class ParityTurnsEnv(BaseTextEnv):  # type: ignore[misc]
+    """Up to :data:`MAX_TURNS` turns: after a response whose CRC-32 is not a multiple of 3 the
+    environment answers "Go on." (reward 0) and the model speaks again; the last turn's
+    reward is 1.0 when the CRC-32 of the whole conversation's responses is even, else 0.0.
+    Trajectories of one prompt end after different numbers of turns, and rewards vary."""
+
+    def __init__(self, env_config: Any = None, extras: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        self.responses: list[str] = []
+
+    def step(self, action: str) -> BaseTextEnvStepOutput:
+        self.responses.append(action)
+        if len(self.responses) < MAX_TURNS and zlib.crc32(action.encode()) % 3:
+            observations = [{"role": "user", "content": "Go on."}]
+            return BaseTextEnvStepOutput(
+                observations=observations, reward=0.0, done=False, metadata={}
+            )
+        whole = zlib.crc32("".join(self.responses).encode())
+        reward = 1.0 if whole % 2 == 0 else 0.0
+        return BaseTextEnvStepOutput(observations=[], reward=reward, done=True, metadata={})
+
+
+for env_class, env in ((ENV_CLASS, ParityEnv), (TURNS_ENV_CLASS, ParityTurnsEnv)):
+    if env_class not in registry:  # each process that imports this module (driver, trainer)
+        register(id=env_class, entry_point=f"{__name__}:{env.__name__}")
 
 
 class InferenceServer:
