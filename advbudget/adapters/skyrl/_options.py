@@ -33,6 +33,26 @@ KL_RHO_REFUSED = (
     "give spo a constant rho in [0, 1] (default 0.875)"
 )
 
+#: SkyRL's own option: with step-wise trajectories, each step's advantage times its row
+#: weight, 1 / the steps of its trajectory (:func:`read_row_weights`).
+ROW_WEIGHTS = "row_weights"
+
+#: SkyRL's policy losses that are a sum over tokens of terms each linear in its advantage
+#: with a factor set by the advantage's sign only (``ppo_utils.py``: regular and dual_clip
+#: l.555-587, sapo l.590, gspo l.663, cispo l.732, rollout_is l.824, dppo l.866,
+#: importance_sampling l.1095): scaling a row's advantages by w > 0 scales its terms by w,
+#: so the loss weighs each row by its row weight exactly.
+ROW_WEIGHTED_LOSSES = (
+    "regular",
+    "dual_clip",
+    "sapo",
+    "gspo",
+    "cispo",
+    "rollout_is",
+    "dppo",
+    "importance_sampling",
+)
+
 _OTHER_OPTIONS = (
     "solved_reward",
     "group_weight",
@@ -40,6 +60,7 @@ _OTHER_OPTIONS = (
     "max_generation_batches",
     "kappa_every",
     *STALENESS_OPTIONS,
+    ROW_WEIGHTS,
 )
 
 
@@ -97,3 +118,20 @@ def read_options(config: Any) -> AdapterOptions:
         kl_rho_refused=KL_RHO_REFUSED,
         staleness_refused=STALENESS_REFUSED,
     )
+
+
+def read_row_weights(config: Any) -> bool:
+    """``trainer.algorithm.advbudget.row_weights`` of SkyRL's algorithm config (default
+    false): a boolean, or its spelling ``true``/``false``; anything else raises one line
+    naming the key.
+
+    Examples:
+        >>> read_row_weights({"advbudget": {"row_weights": "True"}}), read_row_weights({})
+        (True, False)
+    """
+    value = given_options(config).get(ROW_WEIGHTS, False)
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    if not isinstance(value, bool):
+        raise ValueError(f"{key_of(ROW_WEIGHTS)}: expected true or false, got {value!r}")
+    return value

@@ -10,9 +10,10 @@ and registry sync, the trainer in a Ray task), with:
   before Ray starts;
 - :class:`AdvBudgetPPOTrainer`: around SkyRL's own advantage call, each step's advbudget
   metrics and the prompt ledger into SkyRL's logged metrics (``advbudget/...``), the rows
-  ``skipped_groups=drop`` leaves out (their ``loss_mask`` zeroed), the estimator's memory
-  across steps; around its update, κ_eff every ``kappa_every`` steps (of whole trajectories
-  with step-wise trajectories: the sum of their steps' log-probs);
+  ``skipped_groups=drop`` leaves out (their ``loss_mask`` zeroed), with ``row_weights`` and
+  step-wise trajectories each step's advantages times 1 / its trajectory's steps, the
+  estimator's memory across steps; around its update, κ_eff every ``kappa_every`` steps (of
+  whole trajectories with step-wise trajectories: the sum of their steps' log-probs);
 - :class:`MemoryCallback`: the run's memory (ledger, estimator state) in each
   ``global_step_N`` checkpoint folder (:data:`MEMORY_FILE`), read back on resume.
 
@@ -86,7 +87,7 @@ from .._features import (
 from .._options import AdapterOptions
 from ._convention import SKYRL
 from ._estimators import check_inputs, check_step_wise_inputs, core_settings, padding_rows
-from ._options import key_of, read_options
+from ._options import ROW_WEIGHTED_LOSSES, ROW_WEIGHTS, key_of, read_options, read_row_weights
 
 #: The run's memory (the ledger, an estimator's state) in each ``global_step_N`` folder.
 MEMORY_FILE = "advbudget_memory.json"
@@ -134,7 +135,35 @@ def check_run(cfg: Any) -> AdapterOptions:
         refused = _resample_refused(cfg, name)
         if refused:
             raise ValueError(f"{key_of('skipped_groups')}: 'resample' {refused}")
+    if read_row_weights(algorithm):
+        refused = _row_weights_refused(cfg, name)
+        if refused:
+            raise ValueError(f"{key_of(ROW_WEIGHTS)}: {refused}")
     return options
+
+
+def _row_weights_refused(cfg: Any, name: str) -> str:
+    """Why ``row_weights`` cannot run with this config ("" when it can)."""
+    algorithm = cfg.trainer.algorithm
+    if not cfg.generator.step_wise_trajectories:
+        return (
+            "weighs the steps of step-wise trajectories; without "
+            "generator.step_wise_trajectories=true every row is a trajectory of its own"
+        )
+    if name not in SKYRL.names():
+        return f"scales an advbudget estimator's advantages; {name!r} is SkyRL's own"
+    if algorithm.policy_loss_type not in ROW_WEIGHTED_LOSSES:
+        return (
+            f"SkyRL's policy loss {algorithm.policy_loss_type!r} is not linear in each row's "
+            f"advantages (clip_cov and kl_cov pick tokens by the advantages' covariance, "
+            f"cross_entropy reads none); expected one of {', '.join(ROW_WEIGHTED_LOSSES)}"
+        )
+    if algorithm.advantage_batch_normalize:
+        return (
+            "trainer.algorithm.advantage_batch_normalize=true re-centres the weighted "
+            "advantages over the batch (trainer.py:1507), undoing the weights"
+        )
+    return ""
 
 
 def _resample_refused(cfg: Any, name: str) -> str:
@@ -161,6 +190,7 @@ class AdvBudgetPPOTrainer(RayPPOTrainer):  # type: ignore[misc]
     def start_advbudget(self) -> None:
         """The run's options (checked), its memory and the step's result, none yet."""
         self.advbudget_options = check_run(self.cfg)
+        self.advbudget_row_weights = read_row_weights(self.cfg.trainer.algorithm)
         self.advbudget_memory = RunMemory().with_ledger(self.advbudget_options.prompt_ledger)
         self.advbudget_step: Step | None = None
         self.advbudget_rounds: list[tuple[Any, list[str], Step]] = []
@@ -235,6 +265,9 @@ class AdvBudgetPPOTrainer(RayPPOTrainer):  # type: ignore[misc]
         dropped = dropped_rows(step)
         if dropped:
             _drop(data, dropped, last)
+        if last is not None and self.advbudget_row_weights:
+            weights = step_row_weights(last).to(data["advantages"].dtype)
+            data["advantages"] = data["advantages"] * weights[:, None]
         self.all_metrics.update(metrics)
         self.advbudget_step = step
         return data
@@ -297,6 +330,13 @@ def trajectory_of_steps(last_step: Sequence[bool]) -> torch.Tensor:
     the estimator's call is trajectory k."""
     ends = torch.tensor(list(last_step), dtype=torch.long)
     return torch.cat([torch.zeros(1, dtype=torch.long), ends[:-1]]).cumsum(0)
+
+
+def step_row_weights(last_step: Sequence[bool]) -> torch.Tensor:
+    """Each row's weight in a step-wise batch: 1 / the steps of its trajectory (the core's
+    ``row_weights``), so that each trajectory weighs as one row in SkyRL's loss."""
+    owner = trajectory_of_steps(last_step)
+    return 1.0 / torch.bincount(owner).double()[owner]
 
 
 def _drop(data: TrainingInputBatch, rows: list[int], last_step: Sequence[bool] | None) -> None:

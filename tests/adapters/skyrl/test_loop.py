@@ -216,12 +216,14 @@ def resumed_run(cpu_dir: Path, budget_run: Run) -> Run:
 @pytest.fixture(scope="module")
 def step_wise_run(cpu_dir: Path) -> Run:
     """reward_budget, steps 1-2, one row per turn (SkyRL's step-wise trajectories) on the
-    multi-turn parity environment; checkpoints of its own."""
+    multi-turn parity environment, each turn weighted 1 / its trajectory's turns
+    (``row_weights``); checkpoints of its own."""
     return checked(
         run_example(
             cpu_dir,
             "generator.step_wise_trajectories=true",
             f"generator.max_turns={MAX_TURNS}",
+            "trainer.algorithm.advbudget.row_weights=true",
             CPU_LOOP_ENV="advbudget_parity_turns",
             CKPT_DIR=str(cpu_dir / "step-wise"),
             TOTAL_STEPS="2",
@@ -306,7 +308,8 @@ def test_step_wise_trajectories_count_once_and_every_turn_carries_their_advantag
 ) -> None:
     """One row per turn: each prompt's group is its 8 trajectories (not its rows), and every
     turn of a trajectory carries the advantage of the trajectory, the core's with
-    ``trajectory_ids`` (the reward on the last turn, SkyRL's intermediate rewards left out)."""
+    ``trajectory_ids`` (the reward on the last turn, SkyRL's intermediate rewards left out),
+    times the core's row weight (``row_weights``: 1 / the trajectory's turns)."""
     run = step_wise_run
     assert [batch["step"] for batch in run.batches] == [1, 2], run.tail()
     for batch in run.batches:
@@ -327,7 +330,8 @@ def test_step_wise_trajectories_count_once_and_every_turn_carries_their_advantag
         expected = compute_advantages(
             rewards, "budget", group_ids=batch["uids"], trajectory_ids=trajectories
         )
-        np.testing.assert_allclose(batch["advantages"], expected.advantages, rtol=0, atol=1e-6)
+        weighted = expected.advantages * expected.row_weights
+        np.testing.assert_allclose(batch["advantages"], weighted, rtol=0, atol=1e-6)
         assert max(batch["spread"]) == 0.0  # one value over each turn's response tokens
         earlier = [a for a, end in zip(batch["advantages"], last, strict=True) if not end]
         assert any(a != 0 for a in earlier)  # earlier turns are trained (SkyRL#1492)

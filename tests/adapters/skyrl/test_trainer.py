@@ -149,6 +149,32 @@ def test_step_wise_trajectories_are_scored_once_and_dropped_whole() -> None:
     assert trainer.all_metrics["advbudget/skipped_group_fraction"] == pytest.approx(0.5)
 
 
+ROW_WEIGHTED = [
+    "generator.step_wise_trajectories=true",
+    "trainer.algorithm.advbudget.row_weights=true",
+]
+
+
+def test_row_weights_divide_each_step_by_its_trajectory_steps() -> None:
+    """With row_weights, each step's advantages are the trajectory's over its step count."""
+    last = [False, True, True, False, False, True, True]  # 2 trajectories a prompt
+    uids = ["a"] * 3 + ["b"] * 4  # steps: a 2 and 1, b 3 and 1
+    rewards = [0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0]
+    advantages = {}
+    for weighted in ("false", "true"):
+        trainer = _trainer(
+            "trainer.algorithm.advantage_estimator=reward_budget",
+            "generator.step_wise_trajectories=true",
+            f"trainer.algorithm.advbudget.row_weights={weighted}",
+        )
+        batch = _batch(rewards, uids=uids)
+        batch.metadata["is_last_step"] = last
+        advantages[weighted] = trainer.compute_advantages_and_returns(batch)["advantages"][:, -1]
+    assert advantages["false"].abs().min() > 0
+    ratio = (advantages["true"] / advantages["false"]).tolist()
+    assert ratio == pytest.approx([1 / 2, 1 / 2, 1.0, 1 / 3, 1 / 3, 1 / 3, 1.0], rel=1e-6)
+
+
 def test_step_wise_kappa_scores_whole_trajectories(monkeypatch: pytest.MonkeyPatch) -> None:
     """Step-wise, κ_eff's log-prob of a trajectory is the sum of its steps' (each step's
     response tokens), forwarded for the pair trajectories' steps only."""
@@ -238,6 +264,26 @@ def test_the_config_takes_the_advbudget_mapping() -> None:
                 "trainer.algorithm.advbudget.rho=kl",
             ],
             "trainer.algorithm.advbudget.rho: 'kl' is not available",
+        ),
+        (
+            ["trainer.algorithm.advbudget.row_weights=true"],
+            "trainer.algorithm.advbudget.row_weights: weighs the steps of step-wise trajectories",
+        ),
+        (
+            [*ROW_WEIGHTED, "trainer.algorithm.policy_loss_type=clip_cov"],
+            "trainer.algorithm.advbudget.row_weights: SkyRL's policy loss 'clip_cov' is not",
+        ),
+        (
+            [*ROW_WEIGHTED, "trainer.algorithm.advantage_batch_normalize=true"],
+            "trainer.algorithm.advbudget.row_weights: trainer.algorithm.advantage_batch_normalize",
+        ),
+        (
+            [*ROW_WEIGHTED, "trainer.algorithm.advantage_estimator=grpo"],
+            "trainer.algorithm.advbudget.row_weights: scales an advbudget estimator's",
+        ),
+        (
+            ["trainer.algorithm.advbudget.row_weights=often"],
+            "trainer.algorithm.advbudget.row_weights: expected true or false, got 'often'",
         ),
     ],
 )
