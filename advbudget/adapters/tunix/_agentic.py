@@ -42,6 +42,10 @@ class AdvBudgetAgenticGRPOLearner(AgenticLearnerHooks, AgenticGRPOLearner):  # t
       completion rows of every rollout whose ``valid`` is False, a skipped group's or a
       stale one the rule withheld or dropped, are masked out of the loss).
 
+    A multi-turn trajectory is one row of tunix's batch (its turns concatenated, the
+    environment's replies out of the completion mask), so it is one rollout of its prompt's
+    group as it stands: no ``trajectory_ids`` to pass (docs/guides/tunix.md, Multi-turn).
+
     Not here (each refused when asked for): κ_eff (``kappa_every`` is 0), estimators with
     memory (they need each row's prompt, which tunix's group scoring does not lend),
     ``resample`` (no dynamic sampling in tunix). Every other argument is tunix's agentic

@@ -45,15 +45,19 @@ def tiny_cluster(
     temperature: float = 1.0,
     own_rollout_mesh: bool = False,
     kv_cache_size: int = 64,
+    max_tokens_to_generate: int = 16,
     **training: Any,
 ) -> Any:
     """A tunix ``RLCluster`` on the first CPU device with a tiny Qwen3 actor and
-    reference (the same random weights), ``optax.adamw(1e-3)``, 16-token rollouts.
+    reference (the same random weights), ``optax.adamw(1e-3)``, 16-token rollouts
+    (``max_tokens_to_generate``).
 
     ``own_rollout_mesh``: the rollout gets a mesh of its own (the same device under a
     third axis name), so tunix copies the actor for rollout, syncs it after each global
     step and prepares the next micro-batch while one trains (async rollout).
     ``kv_cache_size``: the rollout's cache (prompt and completion tokens).
+    ``max_tokens_to_generate``: the rollout's token budget (the agentic learner's
+    ``max_response_length``: a whole multi-turn trajectory's).
     ``training``: further ``RLTrainingConfig`` fields (batch sizes, checkpoints).
     """
     import jax
@@ -97,7 +101,7 @@ def tiny_cluster(
                 **training,
             ),
             rollout_config=base_rollout.RolloutConfig(
-                max_tokens_to_generate=16,
+                max_tokens_to_generate=max_tokens_to_generate,
                 max_prompt_length=32,
                 kv_cache_size=kv_cache_size,
                 temperature=temperature,
