@@ -312,6 +312,13 @@ RULES: list[tuple[str, Run | Covered]] = [
         ),
     ),
     (
+        r"actor_rollout_ref\.rollout\.(multi_turn|agent)\.\S+=\S+( data\.return_raw_chat=True)?",
+        Covered(
+            "tests/adapters/verl/test_guide.py::test_the_multi_turn_block_composes_with_the_keys_the_loop_test_sets",
+            "hydra composition; the keys of the multi-turn loop test",
+        ),
+    ),
+    (
         r"python -c \"import (advbudget\.adapters\.verl|importlib\.metadata).*",
         Covered(
             "tests/adapters/verl/test_registration.py::test_entry_point_from_package_metadata",

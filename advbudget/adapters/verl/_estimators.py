@@ -57,6 +57,15 @@ dict ``compute_score`` returns beside ``score``: verl's reward loop puts each ke
 from the ``data`` of that call (:func:`._hooks.compute_advantage_data`). verl 0.9.1's v1
 trainer does not fetch those keys for the advantage step (nor for verl's ``gdpo``):
 components reach the estimator with the legacy trainer (``trainer.use_v1=False``).
+
+Multi-output agent loops (verl's V1 trainer: an agent loop that returns several outputs
+for one rollout, e.g. one per assistant turn): verl's advantage step counts each session
+once for its own ``grpo`` only, and hands every other estimator each output as a rollout.
+Ours read the step's batch keys from its frame (:func:`._hooks.multi_output_keys`) and
+count each session once (:mod:`._sessions`): one reward per session, its final output's,
+grouped by prompt, the session's advantage on every output's response tokens, as verl's
+grpo broadcasts it. With one output per session (verl's ``single_turn_agent`` and
+``tool_agent`` loops) nothing changes.
 """
 
 from __future__ import annotations
@@ -82,8 +91,9 @@ from advbudget.core import (
 
 from .._features import lent_keywords, lent_versions, publish
 from ._convention import VERL
-from ._hooks import compute_advantage_data, estimator_registry
+from ._hooks import compute_advantage_data, estimator_registry, multi_output_keys
 from ._options import option, read_options
+from ._sessions import Sessions, final_rewards, read_keys
 from ._staleness import log_async_metrics, staleness_keywords
 
 VerlEstimator = Callable[..., tuple[Any, Any]]
@@ -383,6 +393,7 @@ def compute_result(
     non_tensor_batch: Any = None,
     *,
     arguments: Mapping[str, Any] | None = None,
+    sessions: Sessions | None = None,
     **extra: Any,
 ) -> Any:
     """The core's :class:`~advbudget.core.AdvantageResult` for verl estimator ``name``, one
@@ -391,7 +402,11 @@ def compute_result(
     Shared by the estimators and the metrics, so both see the same advantages.
     ``arguments``: verl's own arguments given explicitly (:func:`core_settings`). ``index``
     None: each response its own group, for the estimators whose verl function takes no
-    index (remax, reinforce_plus_plus); the others raise.
+    index (remax, reinforce_plus_plus); the others raise. ``sessions``: the rows' sessions
+    (:mod:`._sessions`; by default read from the keys of verl's V1 advantage step when it is
+    the caller, :func:`._hooks.multi_output_keys`, a bad key a ValueError): when a session
+    has several outputs, each session is one trajectory, scored once with its final
+    output's reward, its advantage on every output.
 
     Examples:
         >>> import numpy as np
@@ -408,6 +423,7 @@ def compute_result(
         )
     size = token_level_rewards.shape[0]
     mirror = mirror_of(name)
+    uids = index
     if index is None:
         if mirror is None or "index" in mirror.signature.parameters:
             raise ValueError(
@@ -445,8 +461,19 @@ def compute_result(
     )
     # Versions lent by a caller, else those of verl's async advantage step we run under.
     versions = lent_versions(size) or staleness_keywords(read_options(config), size)
+    if sessions is None:
+        keys = multi_output_keys()
+        sessions = None if keys is None else read_keys(keys, uids)
+    trajectories: dict[str, Any] = {}
+    if sessions is not None and sessions.split:  # one reward a session: its final output's
+        if len(sessions.trajectory_ids) != size:
+            raise ValueError(
+                f"sessions: expected one per response ({size}), got {len(sessions.trajectory_ids)}"
+            )
+        scores = final_rewards(scores, sessions.final)
+        trajectories["trajectory_ids"] = sessions.trajectory_ids
     return compute_advantages(
-        scores, core, group_ids=index, **settings, **inputs, **memory, **versions
+        scores, core, group_ids=index, **settings, **inputs, **memory, **versions, **trajectories
     )
 
 

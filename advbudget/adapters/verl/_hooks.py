@@ -31,6 +31,7 @@ _WORKERS = "verl.workers.engine_workers"
 _SEPARATION = "verl.experimental.separation.ray_trainer"
 _FULLY_ASYNC = "verl.experimental.fully_async_policy.fully_async_trainer"
 _ONE_STEP_OFF = "verl.experimental.one_step_off_policy.ray_trainer"
+_V1_UTILS = "verl.trainer.ppo.v1.utils"
 
 HOOKS: tuple[Hook, ...] = (
     # Registration: our estimator names and trainer modes.
@@ -54,6 +55,19 @@ HOOKS: tuple[Hook, ...] = (
         "norm_adv_by_std_in_grpo: bool = True, config: Optional[verl.trainer.config.algorithm."
         "AlgoConfig] = None) -> verl.protocol.DataProto",
         "verl/trainer/ppo/ray_trainer.py:187",
+        "read",
+    ),
+    # verl's V1 advantage step (trainer_base.py:1775, batch_keys=batch.keys, the keys of
+    # the rows it fetched at :1746) scores each session's outputs as one trajectory for its
+    # own grpo only: ours read `batch_keys` from its frame when they run on its `data`
+    # (its other estimators' branch, utils.py:168-177) and count sessions too (._sessions).
+    Hook(
+        _V1_UTILS,
+        "compute_advantage_for_multi_trajectories",
+        "(data: verl.protocol.DataProto, batch_keys: list[str], adv_estimator, gamma: float = "
+        "1.0, lam: float = 1.0, num_repeat: int = 1, norm_adv_by_std_in_grpo: bool = True, "
+        "config: Any = None) -> verl.protocol.DataProto",
+        "verl/trainer/ppo/v1/utils.py:148",
         "read",
     ),
     # The advbudget_* trainers: verl's v1 trainer of the base mode, whose class branches on
@@ -326,6 +340,31 @@ def compute_advantage_data() -> Any:
     while frame is not None:
         if frame.f_code is code:
             return frame.f_locals.get("data")
+        frame = frame.f_back  # type: ignore[assignment]
+    return None
+
+
+def multi_output_keys() -> list[str] | None:
+    """The ``batch_keys`` of verl's V1 advantage step
+    (``compute_advantage_for_multi_trajectories``, one key per row of its ``data``) when
+    this estimator runs under it on that ``data`` itself, else None (its grpo branch scores
+    a selection of the rows; the legacy and async trainers, a direct call)."""
+    module = sys.modules.get(_V1_UTILS)
+    if module is None:  # never imported: not under it
+        return None
+    from verl.trainer.ppo import ray_trainer
+
+    step = inspect.unwrap(module.compute_advantage_for_multi_trajectories).__code__
+    call = inspect.unwrap(ray_trainer.compute_advantage).__code__
+    data = None
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is call and data is None:
+            data = frame.f_locals.get("data")
+        elif frame.f_code is step:
+            if data is None or frame.f_locals.get("data") is not data:
+                return None
+            return [str(key) for key in frame.f_locals.get("batch_keys") or ()]
         frame = frame.f_back  # type: ignore[assignment]
     return None
 

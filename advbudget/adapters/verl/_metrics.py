@@ -10,6 +10,7 @@ from advbudget.metrics import advantage_metric_dict
 from ._convention import VERL
 from ._estimators import compute_result
 from ._options import option, read_options
+from ._sessions import Sessions
 
 METRIC_PREFIX = VERL.metric_prefix
 
@@ -75,10 +76,18 @@ def batch_metrics(data: Any, config: Any, *, estimator: str | None = None) -> di
     return advantage_metric_dict(result, METRIC_PREFIX, solved_reward=solved_reward(config))
 
 
-def batch_result(data: Any, config: Any, *, estimator: str | None = None) -> Any:
+def batch_result(
+    data: Any,
+    config: Any,
+    *,
+    estimator: str | None = None,
+    sessions: Sessions | None = None,
+) -> Any:
     """The core's :class:`~advbudget.core.AdvantageResult` of a verl ``DataProto`` as
     :func:`batch_metrics` sees it (its ``valid`` marks the rows ``drop`` keeps); None for
-    an estimator that is not a group estimator."""
+    an estimator that is not a group estimator. ``sessions``: the rows' sessions, for a
+    batch of multi-output sessions (each then one trajectory:
+    :func:`._estimators.compute_result`)."""
     name = estimator or metrics_estimator(config)
     if name is None:
         return None
@@ -86,5 +95,11 @@ def batch_result(data: Any, config: Any, *, estimator: str | None = None) -> Any
     mask = data.batch["response_mask"] if "response_mask" in fields else None  # response_lengths
     rewards, uids = data.batch["token_level_rewards"], data.non_tensor_batch["uid"]
     return compute_result(
-        name, rewards, uids, config, response_mask=mask, non_tensor_batch=data.non_tensor_batch
+        name,
+        rewards,
+        uids,
+        config,
+        response_mask=mask,
+        non_tensor_batch=data.non_tensor_batch,
+        sessions=sessions,
     )

@@ -28,6 +28,7 @@ from typing import Any
 from ._estimators import compute_result
 from ._hooks import ReplayBufferHooks, replay_buffer
 from ._options import option
+from ._sessions import split_sessions
 
 #: What verl loads as the custom sampler (``load_extern_type(path, name)``).
 SAMPLER_PATH = "pkg://advbudget.adapters.verl._resample"
@@ -63,8 +64,16 @@ def _verl_switches(algorithm: Any) -> dict[str, Any]:
     return {} if value is None else {"norm_adv_by_std_in_grpo": bool(value)}
 
 
-def skipped_uids(rewards: list[float], uids: list[str], estimator: str, algorithm: Any) -> set[str]:
-    """The groups (uids) the estimator skips, from one sequence reward per response.
+def skipped_uids(
+    rewards: list[float],
+    uids: list[str],
+    estimator: str,
+    algorithm: Any,
+    keys: list[str] | None = None,
+) -> set[str]:
+    """The groups (uids) the estimator skips, from one sequence reward per response
+    (``keys``: verl's key of each, so that a multi-output session counts once, as the
+    estimator counts it: :mod:`._sessions`).
 
     Examples:
         >>> sorted(skipped_uids([1.0, 1.0, 0.0, 1.0, 0.5], list("aabbc"), "reward_budget", None))
@@ -74,7 +83,8 @@ def skipped_uids(rewards: list[float], uids: list[str], estimator: str, algorith
 
     scores = np.asarray(rewards, dtype=np.float64)[:, None]
     labels = np.asarray(uids, dtype=object)
-    result = compute_result(estimator, scores, labels, algorithm)
+    sessions = None if keys is None else split_sessions(keys, uids)
+    result = compute_result(estimator, scores, labels, algorithm, sessions=sessions)
     group_skipped = np.asarray(result.group_skipped).tolist()
     index = np.asarray(result.group_index).tolist()
     return {uid for uid, group in zip(uids, index, strict=True) if group_skipped[group]}
@@ -143,7 +153,7 @@ def _make_sampler(base: type) -> type:
                 uids = [key.split("_")[0] for key in keys]
                 settings = self._advbudget
                 skipped = skipped_uids(
-                    rewards, uids, settings["estimator"], settings.get("algorithm")
+                    rewards, uids, settings["estimator"], settings.get("algorithm"), keys
                 )
                 first = dict(zip(uids, rewards, strict=True))
                 for uid in new:

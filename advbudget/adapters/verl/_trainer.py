@@ -24,6 +24,11 @@ Select one with ``trainer.v1.trainer_mode=advbudget_sync`` (or ``advbudget_coloc
 With ``+algorithm.advbudget.skipped_groups=drop`` the skipped rows leave verl's actor
 update and its normalisers (:mod:`advbudget.adapters.verl._skipped`).
 
+With a multi-output agent loop (several rows a rollout: :mod:`._sessions`) the metrics
+count each session once, as our estimators score it (and as verl's ``grpo`` does; verl's
+other estimators score each row, and so do the metrics that describe them), and κ_eff's
+pairs are sessions, each measured on its final output.
+
 verl's base class branches on the literal mode name (``self.trainer_mode == "sync"``), so
 these trainers hand verl the base mode's name (``sync``, ...) and are found under their own.
 
@@ -34,6 +39,7 @@ msgspec``); :func:`register_trainers` returns ``[]`` without it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import importlib.util
 import json
@@ -41,6 +47,8 @@ import os
 import warnings
 from collections.abc import Iterator
 from typing import Any
+
+import numpy as np
 
 from advbudget.core import EstimatorSpec, get_spec
 from advbudget.metrics import PromptLedger
@@ -68,6 +76,7 @@ from ._hooks import (
 )
 from ._metrics import METRIC_PREFIX, batch_result, metrics_estimator
 from ._options import key_of, option, read_options
+from ._sessions import counts_sessions, read_keys, split_sessions, trajectory_values
 from ._skipped import DROP_FLAG, check_options, drop_rule
 from ._staleness import SYNC_STALENESS_REFUSED
 
@@ -163,7 +172,7 @@ def _make_trainer(base: type, base_mode: str) -> type:
             if result is not None:
                 outcome = _outcomes(infos, int(result.advantages.shape[0]))
                 step = Step(result, self.advbudget_options, METRIC_PREFIX, outcome=outcome)
-                metrics.update(step_metrics(step))
+                metrics.update(step_metrics(_per_trajectory(step, batch)))
                 metrics.update(self._update_ledger(batch, step))
             if self._advbudget_skipped_groups == "drop" and result is not None:
                 real = [i for i, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
@@ -209,7 +218,11 @@ def _make_trainer(base: type, base_mode: str) -> type:
             field = "token_level_rewards" if kl_in_reward else "rm_scores"
             data = _fetch_dataproto(batch, ["uid", field, "response_mask"])
             data.batch["token_level_rewards"] = data.batch[field]
-            return batch_result(data, self.config.algorithm)
+            # Multi-output sessions count once where verl's step counted them once.
+            counted = counts_sessions(self.config.algorithm.adv_estimator)
+            uids = data.non_tensor_batch["uid"]
+            sessions = split_sessions(_real_keys(batch), uids) if counted else None
+            return batch_result(data, self.config.algorithm, sessions=sessions)
 
         def _update_ledger(self, batch: Any, step: Step) -> dict[str, float]:
             """The per-prompt ledger (never/always-solved recurring prompts) after this
@@ -368,7 +381,6 @@ def _row_identities(batch: Any, *, real_only: bool = False) -> list[Any] | None:
     ``real_only``): verl's dataset ``index`` (from ``extra_info.index``) when TransferQueue
     has it, else the prompt's token ids (unpadded, hashed by
     :func:`~advbudget.metrics.prompt_key`). None when the batch has neither."""
-    import numpy as np
     import transfer_queue as tq
 
     rows = [
@@ -457,16 +469,51 @@ def _outcomes(infos: list[dict[str, Any]] | None, rows: int) -> Any:
     what verl's DAPO filter reads, ``algorithm.filter_groups.metric=acc``), for
     ``advbudget/outcome_disagreement_group_fraction``; None unless every one of the
     step's ``rows`` responses has one."""
-    import numpy as np
-
     if not infos or len(infos) != rows or not all("acc" in info for info in infos):
         return None
     return np.array([float(info["acc"]) for info in infos])
 
 
+def _real_keys(batch: Any) -> list[str]:
+    """The keys of the batch's rows that are responses (not verl's padding rows)."""
+    tags = batch.tags
+    return [key for key, tag in zip(batch.keys, tags, strict=True) if not tag.get("is_padding")]
+
+
+def _per_trajectory(step: Step, batch: Any) -> Step:
+    """The step as its metrics count it: for multi-output sessions (a result with
+    ``trajectories``), the trajectory-level result, each trajectory's outcome that of its
+    final output (whose reward it has); the step itself otherwise."""
+    trajectories = step.result.trajectories
+    if trajectories is None:
+        return step
+    outcome = step.outcome
+    if outcome is not None:
+        rows = int(step.result.advantages.shape[0])
+        keys = batch.keys if len(batch.keys) == rows else _real_keys(batch)
+        outcome = trajectory_values(outcome, read_keys(keys).final, trajectories.index)
+    return dataclasses.replace(step, result=trajectories.result, outcome=outcome)
+
+
+def trajectory_rows(keys: list[str], uids: Any) -> list[int]:
+    """The rows that stand for the batch's trajectories in κ_eff's pairs: every row, or
+    with multi-output sessions each session's final output (the row verl's grpo scores,
+    which holds its reward), so that a pair is two trajectories of a prompt.
+
+    Examples:
+        >>> trajectory_rows(["p_0_0", "p_0_1", "p_1_0"], ["p", "p", "p"])
+        [1, 2]
+        >>> trajectory_rows(["p_0_0", "p_1_0"], ["p", "p"])
+        [0, 1]
+    """
+    sessions = split_sessions(keys, uids)
+    if sessions is None:
+        return list(range(len(keys)))
+    return [int(row) for row in np.flatnonzero(sessions.final)]
+
+
 def _fetch_dataproto(batch: Any, fields: list[str]) -> Any:
     """The batch's ``fields`` from TransferQueue as a padded ``DataProto`` (uid as numpy)."""
-    import numpy as np
     import transfer_queue as tq
     from verl import DataProto
 
@@ -505,12 +552,16 @@ def _kappa_eff_of_batch(trainer: Any, batch: Any) -> dict[str, float]:
 
     real = [i for i, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
     data = _fetch_dataproto(batch, ["uid", "advantages", "response_mask"])
+    # With multi-output sessions a pair is two trajectories, each its final output.
+    candidates = trajectory_rows(_real_keys(batch), data.non_tensor_batch["uid"])
+    if len(candidates) < len(real):
+        data = data.select_idxs(candidates)
     advantages = sequence_advantages(data.batch["advantages"], data.batch["response_mask"])
     pairs = kappa_pairs(advantages, group_ids=data.non_tensor_batch["uid"])
     if len(pairs) == 0:
         return kappa_metric_dict(torch.zeros(0), prefix=METRIC_PREFIX)
     rows = pairs.rows()
-    keys = [batch.keys[real[i]] for i in rows.tolist()]
+    keys = [batch.keys[real[candidates[i]]] for i in rows.tolist()]
     chosen = set(keys)
     spare = [i for i, tag in enumerate(batch.tags) if tag.get("is_padding", False)]
     spare += [i for i in real if batch.keys[i] not in chosen]

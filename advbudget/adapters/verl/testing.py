@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["algorithm_config", "make_batch", "observation_spans", "uuid4s"]
+__all__ = ["algorithm_config", "make_batch", "make_sessions", "observation_spans", "uuid4s"]
 
 
 def uuid4s(count: int, rng: np.random.Generator) -> list[str]:
@@ -83,6 +83,58 @@ def make_batch(
         },
         non_tensors={"uid": uids[order]},
     )
+
+
+def make_sessions(
+    outputs: Sequence[Sequence[int]],
+    *,
+    length: int = 6,
+    seed: int = 0,
+    shuffle: bool = True,
+    copied: bool = True,
+) -> tuple[Any, list[str]]:
+    """A batch of verl's V1 multi-output step and its keys, as
+    ``compute_advantage_for_multi_trajectories`` gets them: ``outputs[p][s]`` outputs
+    (rows) for rollout (session) ``s`` of prompt ``p``, keyed ``{uid}_{s}_{index}``
+    (``verl/trainer/ppo/v1/agent_loop_tq.py:193``), each row's reward on its last valid
+    token. A session's reward (0/1) is on every output (``copied``: verl copies the final
+    output's score to the others, ``agent_loop_tq.py:172-175``), or, ``copied=False``, on
+    its final output only, the others scored 0/1 at random (a reward step that scores each
+    output). Returns ``(DataProto, keys)``, rows in random order (``shuffle``).
+
+    Examples:
+        >>> data, keys = make_sessions([[2, 1], [1, 3]], shuffle=False)
+        >>> len(data), [key[-4:] for key in keys]
+        (7, ['_0_0', '_0_1', '_1_0', '_0_0', '_1_0', '_1_1', '_1_2'])
+    """
+    import torch
+    from verl import DataProto
+
+    rng = np.random.default_rng(seed)
+    names = uuid4s(len(outputs), rng)
+    keys, uids, rewards = [], [], []
+    for p, sessions in enumerate(outputs):
+        for s, count in enumerate(sessions):
+            reward = float(rng.integers(0, 2))
+            for i in range(count):
+                keys.append(f"{names[p]}_{s}_{i}")
+                uids.append(names[p])
+                final = i == count - 1
+                rewards.append(reward if copied or final else float(rng.integers(0, 2)))
+    n = len(keys)
+    lengths = rng.integers(1, length + 1, n)
+    mask = (np.arange(length)[None, :] < lengths[:, None]).astype(np.int64)
+    tokens = np.zeros((n, length), np.float32)
+    tokens[np.arange(n), lengths - 1] = rewards
+    order = rng.permutation(n) if shuffle else np.arange(n)
+    data = DataProto.from_dict(
+        tensors={
+            "token_level_rewards": torch.from_numpy(tokens[order]),
+            "response_mask": torch.from_numpy(mask[order]),
+        },
+        non_tensors={"uid": np.array(uids, dtype=object)[order]},
+    )
+    return data, [keys[i] for i in order]
 
 
 def algorithm_config(adv_estimator: str, **options: Any) -> Any:

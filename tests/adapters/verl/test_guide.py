@@ -85,6 +85,23 @@ def test_the_data_and_worker_lines_compose() -> None:
     assert env.VERL_USE_EXTERNAL_MODULES == "advbudget.adapters.verl"
 
 
+def test_the_multi_turn_block_composes_with_the_keys_the_loop_test_sets() -> None:
+    """The guide's multi-turn lines compose in verl's config, and they are the keys the
+    multi-turn loop test sets (test_multi_turn_loop.py, through the harness's overrides)."""
+    from .test_multi_turn_loop import multi_turn_overrides
+
+    overrides = _guide_block("multi_turn.enable=True")
+    config = compose_config(overrides)
+    rollout = config.actor_rollout_ref.rollout
+    assert rollout.multi_turn.enable is True
+    assert rollout.multi_turn.format == "hermes"
+    assert rollout.agent.default_agent_loop == "tool_agent"
+    assert config.data.return_raw_chat is True
+    keys = {word.split("=", 1)[0] for word in overrides}
+    tested = {word.split("=", 1)[0] for word in multi_turn_overrides("tool_agent")}
+    assert keys == tested - {"actor_rollout_ref.rollout.multi_turn.max_assistant_turns"}
+
+
 def test_the_skipped_groups_block_composes_and_validates() -> None:
     """The guide's drop line, with the switch: verl composes it and our check takes it."""
     from advbudget.adapters.verl._skipped import skipped_groups

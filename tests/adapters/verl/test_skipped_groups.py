@@ -530,7 +530,8 @@ def test_verls_group_filter_is_not_the_skip_rule(monkeypatch: pytest.MonkeyPatch
         "single": [1.0],
         "nan": [1.0, float("nan"), 1.0, 1.0],
     }
-    rewards = {f"{uid}_0_{i}": r for uid, values in groups.items() for i, r in enumerate(values)}
+    # verl's keys {uid}_{session_id}_{index}: a group's rollouts are its sessions
+    rewards = {f"{uid}_{i}_0": r for uid, values in groups.items() for i, r in enumerate(values)}
     monkeypatch.setattr(
         tq,
         "kv_batch_get",
@@ -685,7 +686,7 @@ def test_resample_caps_the_rounds_and_logs_them(monkeypatch: pytest.MonkeyPatch)
     import transfer_queue as tq
     from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 
-    rewards = {"a_0_0": 1.0, "a_0_1": 1.0, "b_0_0": 0.0, "b_0_1": 1.0}
+    rewards = {"a_0_0": 1.0, "a_1_0": 1.0, "b_0_0": 0.0, "b_1_0": 1.0}  # 2 sessions each
     monkeypatch.setattr(
         tq,
         "kv_batch_get",
@@ -705,7 +706,7 @@ def test_resample_caps_the_rounds_and_logs_them(monkeypatch: pytest.MonkeyPatch)
     assert sampler._capped
 
     class Batch:
-        keys = ["a_0_0", "a_0_1", "b_0_0", "b_0_1"]  # noqa: RUF012
+        keys = ["a_0_0", "a_1_0", "b_0_0", "b_1_0"]  # noqa: RUF012
 
     def verl_sample(self: Any, global_steps: int, partition_id: str, batch_size: int) -> Any:
         self.refill_fn(3)  # what verl's loop refills while groups are evicted

@@ -17,7 +17,10 @@ extension points:
   async trainers (``actor_rollout_ref.rollout.checkpoint_engine.backend=hfcpu``);
 - :mod:`verlcpu.probe`: records every advantage-estimator call (pid, step; under the async
   trainers each row's weights label and advantage) to a file;
-- :mod:`verlcpu.reward`: a reward with variance inside groups.
+- :mod:`verlcpu.reward`: a reward with variance inside groups;
+- :mod:`verlcpu.tools`: a tool, a tool parser that always calls it and an agent loop with
+  one output per assistant turn, for verl's multi-turn rollouts
+  (:func:`multi_turn_overrides`).
 
 Environment and overrides: :data:`ENV` and :func:`overrides`. Pinned to verl 0.9.1: the
 shim touches private names (``_ROLLOUT_REGISTRY``, ``RolloutReplica`` internals,
@@ -72,14 +75,21 @@ OVERRIDES = [
 
 
 # Passed on to Ray's workers when set: verl's file logger (verl/utils/tracking.py:534),
-# the estimator probe (verlcpu.probe), the rollout's sampling seed and its frozen-weights
-# switch (verlcpu.server).
+# the estimator probe (verlcpu.probe), the rollout's sampling seed, its frozen-weights
+# switch and its cap on tokens a generate call (verlcpu.server).
 PASSTHROUGH = (
     "VERL_FILE_LOGGER_PATH",
     "VERLCPU_PROBE_FILE",
     "VERLCPU_SEED",
     "VERLCPU_FREEZE_ROLLOUT",
+    "VERLCPU_TURN_TOKENS",
 )
+
+PACKAGE = os.path.dirname(os.path.abspath(__file__))
+#: verl's tool config (``multi_turn.tool_config_path``): :class:`verlcpu.tools.CalcTool`.
+TOOLS_CONFIG = os.path.join(PACKAGE, "tools.yaml")
+#: verl's agent-loop config (``agent.agent_loop_config_path``): ``tool_agent_turns``.
+AGENT_LOOPS_CONFIG = os.path.join(PACKAGE, "agent_loops.yaml")
 
 
 def env() -> dict[str, str]:
@@ -102,3 +112,22 @@ def overrides(n_gpus: int = 1, extra_env: dict[str, str] | None = None) -> list[
     for key, value in {**env(), **(extra_env or {})}.items():
         items.append(f"++ray_kwargs.ray_init.runtime_env.env_vars.{key}='{value}'")
     return items
+
+
+def multi_turn_overrides(loop: str = "tool_agent", assistant_turns: int = 3) -> list[str]:
+    """Hydra overrides of a multi-turn run: verl's agent loop ``loop`` (``tool_agent``:
+    verl's ToolAgentLoop, one row per trajectory; ``tool_agent_turns``: one row per
+    assistant turn, :class:`verlcpu.tools.TurnSplitAgentLoop`) with the harness's
+    calculator, called after every turn (:class:`verlcpu.tools.AlwaysCalcParser`), up to
+    ``assistant_turns`` turns. Set ``VERLCPU_TURN_TOKENS`` too, so that they fit in the
+    response length."""
+    rollout = "actor_rollout_ref.rollout"
+    return [
+        f"{rollout}.multi_turn.enable=True",
+        f"{rollout}.multi_turn.format=verlcpu_calc",
+        f"{rollout}.multi_turn.max_assistant_turns={assistant_turns}",
+        f"{rollout}.multi_turn.tool_config_path={TOOLS_CONFIG}",
+        f"{rollout}.agent.agent_loop_config_path={AGENT_LOOPS_CONFIG}",
+        f"{rollout}.agent.default_agent_loop={loop}",
+        "data.return_raw_chat=True",  # the agent loop reads the chat messages
+    ]

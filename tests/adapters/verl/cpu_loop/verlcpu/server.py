@@ -2,6 +2,8 @@
 loop (KV cache, temperature/top-p/top-k sampling, per-token log-probs) and answers verl's
 token-in-token-out protocol (``generate`` -> ``TokenOutput``, verl/workers/rollout/
 llm_server.py:150) plus the replica's control calls (no-ops: nothing to free on CPU).
+``VERLCPU_TURN_TOKENS=N`` caps each generate call at N tokens: verl's multi-turn agent
+loops call it once per assistant turn, so several turns fit in a short response.
 
 verl is imported lazily (inside methods): this module is the first one the server's
 fresh Ray process imports, and ``import verl`` at its top would re-enter verlcpu through
@@ -36,6 +38,8 @@ class HFCPUServer:
         self.version = 0  # weight pushes received
         self.global_steps = 0  # verl's step of the weights in use
         self.generator = torch.Generator().manual_seed(int(os.environ.get("VERLCPU_SEED", "0")))
+        # VERLCPU_TURN_TOKENS=N: at most N tokens a generate call (0 or unset: no cap).
+        self.turn_tokens = int(os.environ.get("VERLCPU_TURN_TOKENS") or 0)
 
     async def ready(self) -> bool:
         return True
@@ -80,6 +84,8 @@ class HFCPUServer:
             max_tokens = min(
                 self.response_length, self.prompt_length + self.response_length - len(prompt_ids)
             )
+        if self.turn_tokens:  # one call is one assistant turn: several fit in a response
+            max_tokens = min(int(max_tokens), self.turn_tokens)
         tokens, log_probs = self._generate(
             prompt_ids,
             max(1, int(max_tokens)),
