@@ -25,7 +25,6 @@ advantage on every response token).
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -33,17 +32,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from .conftest import VERL_WARNINGS
-from .test_loop import LR, Run, run_example
+from .test_loop import LOOP_MARKS, LR, Run, run_example
 
 pytest.importorskip("verl")
 pytest.importorskip("transfer_queue")
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash"),
-    VERL_WARNINGS,
-]
+pytestmark = LOOP_MARKS
 
 # Both async trainers: the rollout in a pool of its own (not hybrid), one fake GPU each
 # for the actor and the rollout, weights through the hfcpu checkpoint engine.

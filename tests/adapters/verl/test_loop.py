@@ -79,11 +79,13 @@ FIXED_MICRO_BATCHES = (
     "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8",
 )
 
-pytestmark = [
+# The marks of every test of verl's real loop (here, test_async_loop, test_multi_turn_loop).
+LOOP_MARKS = [
     pytest.mark.slow,
     pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash"),
     VERL_WARNINGS,
 ]
+pytestmark = LOOP_MARKS
 
 
 @dataclass

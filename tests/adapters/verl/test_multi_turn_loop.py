@@ -23,7 +23,6 @@ logger; the oracle is the core's ``compute_advantages`` on what verl's tensors h
 from __future__ import annotations
 
 import importlib.util
-import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -31,17 +30,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from .conftest import VERL_WARNINGS
-from .test_loop import Run, run_example
+from .test_loop import LOOP_MARKS, Run, run_example
 
 pytest.importorskip("verl")
 pytest.importorskip("transfer_queue")
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash"),
-    VERL_WARNINGS,
-]
+pytestmark = LOOP_MARKS
 
 TURNS = 3
 
