@@ -36,6 +36,7 @@ SKYRL = Convention(
     memory=(
         "identity: SkyRL's uid of each prompt (its dataset index), which SkyRL hands the "
         "estimator; state: `advbudget_memory.json` in each `global_step_N` checkpoint "
-        "folder; spo's `rho=kl` is not available (refused)"
+        "folder; spo's `rho=kl`: SkyRL's policy forward scores each kept response again "
+        "(not with step-wise trajectories)"
     ),
 )

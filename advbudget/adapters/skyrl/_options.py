@@ -26,13 +26,6 @@ STALENESS_REFUSED = (
     "weights (none is stale); its fully async trainer is not wired to the adapter yet"
 )
 
-#: Why ``rho="kl"`` is refused: not built (the trainer would score each kept response
-#: again with the policy's workers, one extra forward pass a step).
-KL_RHO_REFUSED = (
-    "the adapter does not score past responses again with SkyRL's policy workers yet; "
-    "give spo a constant rho in [0, 1] (default 0.875)"
-)
-
 #: SkyRL's own option: with step-wise trajectories, each step's advantage times its row
 #: weight, 1 / the steps of its trajectory (:func:`read_row_weights`).
 ROW_WEIGHTS = "row_weights"
@@ -115,7 +108,6 @@ def read_options(config: Any) -> AdapterOptions:
         SKYRL,
         key=key_of,
         off="null",
-        kl_rho_refused=KL_RHO_REFUSED,
         staleness_refused=STALENESS_REFUSED,
     )
 

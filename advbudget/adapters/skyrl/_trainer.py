@@ -131,6 +131,11 @@ def check_run(cfg: Any) -> AdapterOptions:
         if cfg.generator.step_wise_trajectories:
             check_step_wise_inputs(name, spec)
         check_memory(spec, options, key_of)
+    if options.kl_rho and cfg.generator.step_wise_trajectories:
+        raise ValueError(
+            f"{key_of('rho')}: 'kl' is not built for step-wise trajectories (a trajectory's "
+            "response spans its steps' rows); give spo a constant rho in [0, 1]"
+        )
     if options.skipped_groups == "resample":
         refused = _resample_refused(cfg, name)
         if refused:
@@ -250,15 +255,16 @@ class AdvBudgetPPOTrainer(RayPPOTrainer):  # type: ignore[misc]
         rows = uids if last is None else [uid for uid, end in zip(uids, last, strict=True) if end]
         padding = int(data.metadata.get("pad_size", 0) or 0)
         prompts = rows[: len(rows) - padding]
+        rho, forgetting = self._forgetting(data, prompts)
         forget_published()
-        with padding_rows(padding), lend_memory(self.advbudget_memory, prompts):
+        with padding_rows(padding), lend_memory(self.advbudget_memory, prompts, rho=rho):
             data = super().compute_advantages_and_returns(data)
         result = take_published(len(prompts))
         self.advbudget_step = None
         if result is None:
             return data  # SkyRL's own estimator ran
         step = Step(result, self.advbudget_options, SKYRL.metric_prefix)
-        metrics = step_metrics(step)
+        metrics = {**step_metrics(step), **forgetting}
         if self.advbudget_memory.ledger is not None:
             ledger = self.advbudget_memory.ledger
             metrics.update(update_ledger(ledger, step, group_prompts(step, prompts)))
@@ -271,6 +277,57 @@ class AdvBudgetPPOTrainer(RayPPOTrainer):  # type: ignore[misc]
         self.all_metrics.update(metrics)
         self.advbudget_step = step
         return data
+
+    def _forgetting(
+        self, data: TrainingInputBatch, prompts: list[str]
+    ) -> tuple[np.ndarray | None, dict[str, float]]:
+        """With ``rho="kl"``: spo's ρ of each of the step's rows and its metrics
+        (:class:`~advbudget.adapters._features.LastResponses`): the log-probs now are the
+        policy's ``action_log_probs`` of the step (SkyRL's forward before the update; ours
+        when SkyRL skipped it), a kept response is scored again through SkyRL's forward."""
+        if not self.advbudget_options.kl_rho:
+            return None, {}
+        length = int(data.metadata["response_length"])
+
+        def now(rows: list[int]) -> tuple[list[Any], list[np.ndarray]]:
+            handles = [
+                _Response(
+                    data["sequences"][row].cpu(),
+                    data["attention_mask"][row].cpu(),
+                    data["response_mask"][row].cpu().bool(),
+                    length,
+                )
+                for row in rows
+            ]
+            logps = data.get("action_log_probs")
+            if logps is None:  # SkyRL skipped its policy forward (a loss without old logprobs)
+                return handles, self._token_logprobs(handles)
+            return handles, [
+                logps[row].cpu()[h.response_mask].double().numpy()
+                for row, h in zip(rows, handles, strict=True)
+            ]
+
+        return self.advbudget_memory.last_responses.rho(
+            prompts, now, self._token_logprobs, prefix=SKYRL.metric_prefix
+        )
+
+    def _token_logprobs(self, handles: list["_Response"]) -> list[np.ndarray]:
+        """The policy's log-probs of each response's tokens now (its ``response_mask``),
+        one forward through SkyRL's workers per shape of the responses (their step's
+        sequence and response lengths)."""
+        out: list[np.ndarray] = [np.zeros(0)] * len(handles)
+        shapes: dict[tuple[int, int], list[int]] = {}
+        for at, h in enumerate(handles):
+            shapes.setdefault((int(h.sequences.shape[0]), h.response_length), []).append(at)
+        for (_, length), members in shapes.items():
+            logprobs = self._policy_logprobs(
+                torch.stack([handles[at].sequences for at in members]),
+                torch.stack([handles[at].attention_mask for at in members]),
+                length,
+            )
+            for values, at in zip(logprobs, members, strict=True):
+                out[at] = values[handles[at].response_mask].double().numpy()
+        return out
 
     def train_critic_and_policy(self, data: TrainingInputBatch) -> Any:
         step = self.advbudget_step
@@ -307,21 +364,42 @@ class AdvBudgetPPOTrainer(RayPPOTrainer):  # type: ignore[misc]
         return bool(self.cfg.generator.step_wise_trajectories)
 
     def _sequence_logprobs(self, data: TrainingInputBatch, rows: list[int]) -> torch.Tensor:
-        """The policy's sequence log-probs of ``rows`` of ``data`` (their response tokens),
-        through SkyRL's own forward pass, padded to the data-parallel size."""
+        """The policy's sequence log-probs of ``rows`` of ``data`` (their response tokens)."""
         if not rows:
             return torch.zeros(0)
-        keys = ["sequences", "attention_mask"]
-        chosen = data.select(keys, ["response_length"])
-        subset = TrainingInputBatch.cat([chosen.slice(row, row + 1) for row in rows])
-        subset.metadata = {"response_length": data.metadata["response_length"]}
-        dp_size = self.dispatch.get_lcm_dp_size()
-        subset = pad_training_input_batch(subset, -len(rows) % dp_size)
-        output = self.dispatch.forward("policy", subset)
-        logprobs = loss_fn_outputs_to_tensor(output.loss_fn_outputs, key="logprobs")[: len(rows)]
+        logprobs = self._policy_logprobs(
+            data["sequences"][rows],
+            data["attention_mask"][rows],
+            int(data.metadata["response_length"]),
+        )
         mask = data["response_mask"][rows]
         values: torch.Tensor = sequence_logprobs(logprobs.to(torch.float64), mask)
         return values
+
+    def _policy_logprobs(
+        self, sequences: torch.Tensor, attention_mask: torch.Tensor, response_length: int
+    ) -> torch.Tensor:
+        """The policy's token log-probs ``[n, response_length]`` of ``n`` sequences (their
+        last ``response_length`` positions), through SkyRL's own forward pass, padded to the
+        data-parallel size."""
+        rows = int(sequences.shape[0])
+        batch = TrainingInputBatch({"sequences": sequences, "attention_mask": attention_mask})
+        batch.metadata = {"response_length": response_length}
+        batch = pad_training_input_batch(batch, -rows % self.dispatch.get_lcm_dp_size())
+        output = self.dispatch.forward("policy", batch)
+        logprobs: torch.Tensor = loss_fn_outputs_to_tensor(output.loss_fn_outputs, key="logprobs")
+        return logprobs[:rows]
+
+
+@dataclass(frozen=True)
+class _Response:
+    """A response kept for ``rho="kl"``: its step's sequence (prompt and response), its
+    attention mask, its response tokens' mask and that step's response length."""
+
+    sequences: torch.Tensor
+    attention_mask: torch.Tensor
+    response_mask: torch.Tensor
+    response_length: int
 
 
 def trajectory_of_steps(last_step: Sequence[bool]) -> torch.Tensor:

@@ -31,10 +31,11 @@ a GPU, and nothing else:
   flash-attention, no vLLM Prometheus scraping (``train/utils/vllm_metrics_scraper.py``), no
   GPU monitor, no evaluation or export; a 2-prompt dataset.
 
-Three runs (about 45 s each on 2 shared cores), on the same 2 prompts every step:
+Four runs (about 45 s each on 2 shared cores), on the same 2 prompts every step:
 ``reward_budget`` for 2 steps with a checkpoint after each, then the ``advbudget_grpo`` mirror
-resumed from the step-2 checkpoint for step 3, and ``reward_budget`` for 2 steps with SkyRL's
-step-wise trajectories (one row per turn) on the multi-turn environment. κ_eff every step
+resumed from the step-2 checkpoint for step 3, ``reward_budget`` for 2 steps with SkyRL's
+step-wise trajectories (one row per turn) on the multi-turn environment, and
+``advbudget_spo`` with ``rho=kl`` for 3 steps. κ_eff every step
 (the script's CPU default). The reward is the parity of a CRC-32 of the response
 (``skyrl_cpu_loop.ParityEnv``, ``ParityTurnsEnv``): a tiny random model fails every DAPO
 problem, which would make every group tie (skipped: no advantages, no κ_eff). The probe also
@@ -231,10 +232,27 @@ def step_wise_run(cpu_dir: Path) -> Run:
     )
 
 
+@pytest.fixture(scope="module")
+def kl_rho_run(cpu_dir: Path) -> Run:
+    """advbudget_spo with SPO's KL-adaptive forgetting (``rho=kl``), steps 1-3, the same 2
+    prompts every step; checkpoints of its own."""
+    return checked(
+        run_example(
+            cpu_dir,
+            "trainer.algorithm.advbudget.rho=kl",
+            ESTIMATOR="advbudget_spo",
+            BUDGET="0",
+            CKPT_DIR=str(cpu_dir / "kl-rho"),
+            TOTAL_STEPS="3",
+        )
+    )
+
+
 RUNS = {
     "budget": ("budget_run", [1, 2], "budget"),
     "resumed_mirror": ("resumed_run", [3], "grpo"),
     "step_wise": ("step_wise_run", [1, 2], "budget"),
+    "spo_kl_rho": ("kl_rho_run", [1, 2, 3], "spo"),
 }
 
 
@@ -340,3 +358,39 @@ def test_step_wise_trajectories_count_once_and_every_turn_carries_their_advantag
         for key, value in advantage_metric_dict(expected, solved_reward=1.0).items():
             if key in ADVANTAGE_METRICS:
                 assert logged[key] == pytest.approx(value, abs=1e-4), key  # '%.4f' strings
+
+
+def test_spo_forgets_at_the_rate_the_policy_moved(kl_rho_run: Run) -> None:
+    """rho=kl: step 1 meets its 2 prompts first (ρ 0.96); from step 2 on, each prompt's last
+    response is scored again through SkyRL's policy forward and its drift sets ρ. Every
+    step's advantages are the core's on one state fed the run's rewards with the ρ the
+    trainer measured, and the logged means are those of that ρ."""
+    from advbudget.testing import assert_memory_replays
+
+    run = kl_rho_run
+    assert [batch["step"] for batch in run.batches] == [1, 2, 3], run.tail()
+    calls = []
+    for batch in run.batches:
+        step, rho = batch["step"], batch["rho"]
+        assert rho is not None, step
+        by_prompt = dict(zip(batch["uids"], rho, strict=True))
+        assert len(by_prompt) == 2, by_prompt
+        logged = run.steps[step]
+        assert logged["advbudget/spo_rho_mean"] == pytest.approx(
+            np.mean(list(by_prompt.values())), abs=1e-4
+        )  # '%.4f' strings
+        assert logged["advbudget/spo_first_seen_fraction"] == (1.0 if step == 1 else 0.0)
+        if step == 1:
+            assert set(rho) == {0.96}, rho
+        else:  # the policy moved: an update after every step
+            assert logged["advbudget/spo_drift_mean"] > 0
+            assert all(0.875 <= r < 0.96 for r in rho), rho
+        calls.append(
+            {
+                "prompt_ids": batch["uids"],
+                "rewards": batch["rewards"],
+                "advantages": batch["advantages"],
+                "rho": rho,
+            }
+        )
+    assert_memory_replays(calls, "spo")

@@ -226,6 +226,75 @@ def test_an_estimator_with_memory_remembers_each_prompt_by_uid(tmp_path: Any) ->
     np.testing.assert_allclose(third, again, atol=1e-6)
 
 
+class FakePolicy:
+    """A policy forward for ``rho="kl"``: token t of a sequence gets log-prob
+    ``-version * t / 1000`` (its version set by the test: the weights moved), as SkyRL's
+    forward returns it, ``[n, response_length]`` over the sequences' last positions."""
+
+    def __init__(self) -> None:
+        self.version = 1.0
+        self.forwarded: list[int] = []
+
+    def __call__(self, sequences: Any, attention_mask: Any, response_length: int) -> Any:
+        self.forwarded.append(int(sequences.shape[0]))
+        return -self.version * sequences[:, -response_length:].double() / 1000
+
+
+def _kl_batch(rewards: list[float], tokens: int) -> Any:
+    """:func:`_batch` with prompt and response tokens (``tokens`` + row), as SkyRL's
+    forward reads them, and the policy's ``action_log_probs`` of the step (version 1)."""
+    batch = _batch(rewards)
+    rows, length = len(rewards), batch.metadata["response_length"]
+    sequences = tokens + torch.arange(rows)[:, None] + torch.arange(2 + length)[None, :]
+    batch["sequences"] = sequences
+    batch["attention_mask"] = torch.ones_like(sequences)
+    batch["action_log_probs"] = -sequences[:, -length:].double() / 1000
+    return batch
+
+
+@pytest.mark.parametrize("skyrl_forward", [True, False])
+def test_spo_kl_rho_scores_each_prompts_last_response_again(
+    monkeypatch: pytest.MonkeyPatch, skyrl_forward: bool
+) -> None:
+    """rho=kl: step 1 meets every prompt first (ρ 0.96); at step 2 each prompt's last
+    response of step 1 is scored again by the policy now, its drift sets ρ (SPO's
+    clip(2^(-D/0.06), 0.875, 0.96)), and the advantages are the core's with that ρ. The
+    log-probs of the step come from SkyRL's forward, or from ours when SkyRL skipped it."""
+    from advbudget import EstimatorState
+    from advbudget.core import spo_rho
+
+    trainer = _trainer(
+        "trainer.algorithm.advantage_estimator=advbudget_spo", "trainer.algorithm.advbudget.rho=kl"
+    )
+    policy = FakePolicy()
+    monkeypatch.setattr(trainer, "_policy_logprobs", policy)
+    state, uids = EstimatorState(), [str(row // G) for row in range(len(REWARDS))]
+    for step, (version, tokens) in enumerate([(1.0, 10), (1.3, 20)], start=1):
+        policy.version = version
+        batch = _kl_batch(REWARDS, tokens)
+        if not skyrl_forward:
+            batch["action_log_probs"] = None
+        got = _advantages(trainer, batch)
+        # the last response of prompt p (rows 4p..4p+3) is row 4p+3; kept from step 1
+        # with log-probs at version 1, its drift at version 1.3 is 0.3 x its mean token / 1000
+        length = batch.metadata["response_length"]
+        kept = [10 + 4 * p + 3 + 2 + np.arange(length) for p in range(3)]
+        drift = np.array([0.3 * k.mean() / 1000 for k in kept]) if step == 2 else np.zeros(3)
+        rho = np.repeat(spo_rho(drift), G)
+        expected = compute_advantages(
+            np.asarray(REWARDS), "spo", group_ids=uids, prompt_ids=uids, state=state, rho=rho
+        )
+        np.testing.assert_allclose(got, np.asarray(expected.advantages), rtol=0, atol=1e-6)
+        metrics = trainer.all_metrics
+        assert metrics["advbudget/spo_rho_mean"] == pytest.approx(float(spo_rho(drift).mean()))
+        assert metrics["advbudget/spo_first_seen_fraction"] == (1.0 if step == 1 else 0.0)
+        if step == 2:  # drifts 0.0048-0.0072: ρ 0.92-0.95, inside the clip
+            assert np.all((rho > 0.875) & (rho < 0.96)), rho
+    # SkyRL's forward skipped: ours scores the step's 3 last responses, each step; the
+    # kept ones are scored again at step 2 (one forward: one shape)
+    assert policy.forwarded == ([3] if skyrl_forward else [3, 3, 3])
+
+
 def _input(**fields: Any) -> Any:
     from skyrl.train.utils.callbacks import CallbackInput
 
@@ -262,8 +331,16 @@ def test_the_config_takes_the_advbudget_mapping() -> None:
             [
                 "trainer.algorithm.advantage_estimator=advbudget_spo",
                 "trainer.algorithm.advbudget.rho=kl",
+                "generator.step_wise_trajectories=true",
             ],
-            "trainer.algorithm.advbudget.rho: 'kl' is not available",
+            "trainer.algorithm.advbudget.rho: 'kl' is not built for step-wise trajectories",
+        ),
+        (
+            [
+                "trainer.algorithm.advantage_estimator=advbudget_rae",
+                "trainer.algorithm.advbudget.rho=kl",
+            ],
+            "trainer.algorithm.advbudget.rho: 'kl' is spo's KL-adaptive forgetting",
         ),
         (
             ["trainer.algorithm.advbudget.row_weights=true"],

@@ -105,12 +105,19 @@ def _probe_estimator(module: Any) -> None:
 def _probe_batch(module: Any) -> None:
     """Each step's batch after the advantages: per row, SkyRL's trajectory id (the generator's
     ``(instance_id, repetition_id)``), uid, ``is_last_step``, reward, the advantage on its
-    first response token and the spread over its response tokens, and its mask counts."""
+    first response token and the spread over its response tokens, its mask counts and, with
+    ``rho=kl``, the ρ spo was given."""
     probe = os.environ.get("ADVBUDGET_CPU_LOOP_PROBE")
     if not probe:
         return
     trainer = module.AdvBudgetPPOTrainer
     convert, compute = trainer.convert_to_training_input, trainer.compute_advantages_and_returns
+    forgetting = trainer._forgetting
+
+    def _forgetting(self: Any, data: Any, prompts: Any) -> Any:
+        rho, metrics = forgetting(self, data, prompts)
+        self._probe_rho = None if rho is None else rho.tolist()
+        return rho, metrics
 
     def convert_to_training_input(self: Any, generator_output: Any, uids: Any) -> Any:
         ids = generator_output.get("trajectory_ids")
@@ -131,6 +138,7 @@ def _probe_batch(module: Any) -> None:
             "spread": [(row.max() - row.min()).item() if len(row) else 0.0 for row in on_mask],
             "response_tokens": mask.sum(dim=1).tolist(),
             "loss_tokens": data["loss_mask"].sum(dim=1).tolist(),
+            "rho": getattr(self, "_probe_rho", None),  # spo's measured ρ per row (rho=kl)
         }
         with open(probe, "a", encoding="utf-8") as out:
             out.write(f"batch {os.getpid()} {json.dumps(record)}\n")
@@ -138,6 +146,7 @@ def _probe_batch(module: Any) -> None:
 
     trainer.convert_to_training_input = convert_to_training_input
     trainer.compute_advantages_and_returns = compute_advantages_and_returns
+    trainer._forgetting = _forgetting
 
 
 _PATCHES: dict[str, Callable[[Any], None]] = {
