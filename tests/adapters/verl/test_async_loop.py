@@ -32,10 +32,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from .test_loop import LOOP_MARKS, LR, Run, run_example
-
+# Before test_loop's import: without verl it skips as it is imported.
 pytest.importorskip("verl")
 pytest.importorskip("transfer_queue")
+
+from .test_loop import LOOP_MARKS, LR, Run, run_example
 
 pytestmark = LOOP_MARKS
 
