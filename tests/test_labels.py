@@ -324,3 +324,31 @@ def test_label_slots_at_a_million_rows_equal_a_stable_argsort():
         assert isinstance(groups, Permuted)
         np.testing.assert_array_equal(groups._gather, order)
         np.testing.assert_array_equal(groups.flat(groups.rows(rewards)), rewards)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    group_size=st.integers(1, 33),
+    groups=st.integers(0, 40),
+    seed=st.integers(0, 2**32 - 1),
+    strided=st.booleans(),
+)
+def test_a_groups_count_of_true_is_exact_on_every_size(
+    group_size: int, groups: int, seed: int, strided: bool
+) -> None:
+    """Contiguous numpy groups count a bool mask by its bits (sizes 1, 2, 4 and multiples
+    of 8), else by a product: both give each group's number of True, whatever the layout
+    of the mask in memory."""
+    from advbudget.core._groups import _bit_count
+
+    rng = np.random.default_rng(seed)
+    wide = rng.random((groups, 2 * group_size)) < rng.random()
+    mask = wide[:, ::2] if strided else wide[:, :group_size]
+    xp = array_api_compat.array_namespace(mask)
+    layout = Contiguous(xp, None, groups * group_size, group_size)
+    counted = layout.count(mask, np.float64)
+    assert counted.shape == (groups, 1)
+    np.testing.assert_array_equal(counted[:, 0], mask.sum(axis=1))
+    bits = _bit_count(mask, group_size)
+    handled = group_size in (1, 2, 4) or group_size % 8 == 0
+    assert (bits is not None) == handled

@@ -154,7 +154,11 @@ class Contiguous(Groups):
         return self.xp.sum(rows, axis=1, keepdims=True)
 
     def count(self, mask: Array, dtype: Any) -> Array:
-        if self._fold_columns:  # a matrix-vector product: ~4x the column fold on numpy
+        if self._fold_columns:
+            counted = _bit_count(mask, self.group_size)
+            if counted is not None:
+                return self.xp.astype(counted, dtype)
+            # a matrix-vector product: ~4x the column fold on numpy
             ones = self.xp.ones((self.group_size, 1), dtype=dtype)
             return self.xp.astype(mask, dtype) @ ones
         return super().count(mask, dtype)
@@ -176,6 +180,29 @@ class Contiguous(Groups):
 
     def __repr__(self) -> str:
         return f"Contiguous(num_rollouts={self.num_rollouts}, group_size={self.group_size})"
+
+
+#: The unsigned word that holds a row of ``G`` bools, for the group sizes of one word.
+_ROW_WORDS: dict[int, Any] = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def _bit_count(mask: Array, group_size: int) -> Array | None:
+    """Each row's number of True of a numpy bool ``[M, G]`` mask, ``[M, 1]``: its bytes
+    (0 or 1 each) read as words and their set bits counted, one pass over M words instead
+    of a cast to floats and a product over N. None where it does not apply (another dtype,
+    a size that is not 1, 2, 4 or a multiple of 8, numpy without ``bitwise_count``)."""
+    count_bits = getattr(np, "bitwise_count", None)  # numpy >= 2.0
+    if count_bits is None or not isinstance(mask, np.ndarray) or mask.dtype != np.bool_:
+        return None
+    if group_size % 8 == 0:
+        words = np.ascontiguousarray(mask).view(np.uint64)  # [M, G / 8]
+        bits = count_bits(words)
+        return bits if group_size == 8 else bits.sum(axis=1, keepdims=True, dtype=np.int64)
+    word = _ROW_WORDS.get(group_size)
+    if word is None:
+        return None
+    result: Array = count_bits(np.ascontiguousarray(mask).view(word))
+    return result
 
 
 class Permuted(Contiguous):

@@ -290,11 +290,12 @@ class AdvBudgetPPOTrainer(RayPPOTrainer):  # type: ignore[misc]
         length = int(data.metadata["response_length"])
 
         def now(rows: list[int]) -> tuple[list[Any], list[np.ndarray]]:
+            # Copies: a row of the batch's tensors would keep the whole batch alive.
             handles = [
                 _Response(
-                    data["sequences"][row].cpu(),
-                    data["attention_mask"][row].cpu(),
-                    data["response_mask"][row].cpu().bool(),
+                    data["sequences"][row].to("cpu", copy=True),
+                    data["attention_mask"][row].to("cpu", copy=True),
+                    data["response_mask"][row].to("cpu", torch.bool, copy=True),
                     length,
                 )
                 for row in rows
