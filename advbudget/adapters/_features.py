@@ -502,12 +502,18 @@ def take_published(rows: int) -> AdvantageResult | None:
     return result
 
 
+#: What :func:`lend_memory` lends as ``rho``: the step's ρ per row, or a function that
+#: measures it when the estimator asks (a framework whose step has no responses yet when
+#: the loan starts: tunix's).
+LentRho = np.ndarray | Callable[[], np.ndarray] | None
+
+
 @dataclass(frozen=True)
 class _Loan:
     memory: RunMemory
     row_prompts: Sequence[Any]
     remember: bool
-    rho: np.ndarray | None
+    rho: LentRho
 
 
 class _Lent(threading.local):
@@ -523,12 +529,13 @@ def lend_memory(
     row_prompts: Sequence[Any],
     *,
     remember: bool = True,
-    rho: np.ndarray | None = None,
+    rho: LentRho = None,
 ) -> Iterator[None]:
     """For a framework that calls the estimator itself with the rewards alone (tunix,
     verl): the run's memory, the step's prompt of each row and (``rho="kl"``) its ρ per
-    row, lent to the estimator calls made in this thread while the block runs
-    (:func:`lent_keywords`): the way back of :func:`publish`."""
+    row, or a function that measures it when an estimator with memory is called, lent to
+    the estimator calls made in this thread while the block runs (:func:`lent_keywords`):
+    the way back of :func:`publish`."""
     previous, _LENT.loan = _LENT.loan, _Loan(memory, row_prompts, remember, rho)
     try:
         yield
@@ -551,7 +558,8 @@ def lent_keywords(spec: EstimatorSpec, rows: int, where: str) -> dict[str, Any]:
     loan = _LENT.loan
     if loan is None or len(loan.row_prompts) != rows:
         raise _no_prompts(spec, where)
-    return loan.memory.keywords(spec, loan.row_prompts, where, remember=loan.remember, rho=loan.rho)
+    rho = loan.rho() if callable(loan.rho) else loan.rho
+    return loan.memory.keywords(spec, loan.row_prompts, where, remember=loan.remember, rho=rho)
 
 
 class _LentVersions(threading.local):

@@ -350,3 +350,22 @@ def test_run_memory_gives_rho_to_training_calls_only() -> None:
     with lend_memory(memory, ["a", "a"], rho=rho):
         assert lent_keywords(get_spec("spo"), 2, "?")["rho"] is rho
     assert "last_responses" not in str(memory.state_dict())
+
+
+def test_a_lent_rho_function_is_called_by_an_estimator_with_memory_only() -> None:
+    """tunix lends what measures ρ (its step has no responses when the loan starts): it is
+    called when an estimator with memory asks, once a call, and never for the others."""
+    from advbudget.adapters._features import RunMemory, lend_memory, lent_keywords
+    from advbudget.core import get_spec
+
+    asked: list[int] = []
+
+    def measure() -> np.ndarray:
+        asked.append(1)
+        return np.array([0.9, 0.9])
+
+    with lend_memory(RunMemory(), ["a", "a"], rho=measure):
+        assert lent_keywords(get_spec("budget"), 2, "?") == {}
+        assert not asked
+        assert lent_keywords(get_spec("spo"), 2, "?")["rho"].tolist() == [0.9, 0.9]
+    assert asked == [1]

@@ -18,7 +18,7 @@ from .._features import Step, forget_published, lend_versions, step_metrics, tak
 from ._convention import TUNIX
 from ._hooks import AgenticLearnerHooks, trajectory_version
 from ._learner import drop_step_rows, split_metric_fns
-from ._options import options, read_options, staleness_given
+from ._options import AGENTIC_KL_RHO_REFUSED, options, read_options, staleness_given
 
 
 class AdvBudgetAgenticGRPOLearner(AgenticLearnerHooks, AgenticGRPOLearner):  # type: ignore[misc, unused-ignore]
@@ -68,7 +68,8 @@ class AdvBudgetAgenticGRPOLearner(AgenticLearnerHooks, AgenticGRPOLearner):  # t
                 "skipped_groups": skipped_groups,
                 "kappa_every": 0,
                 **staleness_given(max_staleness, stale_rollouts),
-            }
+            },
+            kl_rho_refused=AGENTIC_KL_RHO_REFUSED,
         )
         self._advbudget_metrics, fns = split_metric_fns(metrics, metric_fns)
         super().__init__(*args, metric_fns=fns, **kwargs)

@@ -25,7 +25,8 @@ TUNIX = Convention(
     memory=(
         "identity: each row's prompt text, lent by AdvBudgetGRPOLearner to the estimator "
         "tunix calls; state: the custom metadata of tunix's actor checkpoints "
-        '(`advbudget_memory`); evaluation reads it only; spo\'s `rho="kl"` is not '
-        "available (refused)"
+        "(`advbudget_memory`); evaluation reads it only; spo's `rho=\"kl\"`: tunix's "
+        "get_old_per_token_logps scores each kept response again (not in the agentic "
+        "learner)"
     ),
 )

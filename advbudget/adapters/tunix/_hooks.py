@@ -69,6 +69,17 @@ HOOKS: tuple[Hook, ...] = (
         f"{_AT}grpo/grpo_learner.py:205",
         "override",
     ),
+    # spo's rho="kl": inside that step's estimator call (grpo_learner.py:319), the step's
+    # prompt and completion tokens, their mask and the policy's old log-probs, read from
+    # its frame (grpo_step_tokens).
+    Hook(
+        _GRPO,
+        "GRPOLearner._generate_and_compute_advantage",
+        "(self, training_input: 'TrainingInputT', mode: 'rl_cluster_lib.Mode' = "
+        "<Mode.TRAIN: 'train'>) -> 'TrainExample'",
+        f"{_AT}grpo/grpo_learner.py:319",
+        "read",
+    ),
     Hook(
         _LEARNER,
         "RLLearner._run_mini_batch_step",
@@ -299,6 +310,31 @@ class AgenticLearnerHooks:
         if mode is None:
             return process(trajectories, expected_step=expected_step)
         return process(trajectories, mode, expected_step)
+
+
+#: The locals of ``GRPOLearner._generate_and_compute_advantage`` that rho="kl" reads.
+STEP_TOKENS = ("prompt_ids", "jax_completion_ids", "completion_mask", "old_per_token_logps")
+
+
+def grpo_step_tokens() -> dict[str, Any]:
+    """Inside the estimator call of tunix's ``GRPOLearner._generate_and_compute_advantage``
+    (``grpo_learner.py:319``): its :data:`STEP_TOKENS` (left-padded prompt tokens, padded
+    completion tokens, the completion mask, the policy's per-token log-probs or None when
+    tunix computed none). A RuntimeError when not under it."""
+    import sys
+
+    from tunix.rl.grpo import grpo_learner  # type: ignore[import-not-found, unused-ignore]
+
+    code = grpo_learner.GRPOLearner._generate_and_compute_advantage.__code__
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is code:
+            return {name: frame.f_locals.get(name) for name in STEP_TOKENS}
+        frame = frame.f_back  # type: ignore[assignment]
+    raise RuntimeError(
+        "rho='kl': the estimator was not called from tunix's "
+        "GRPOLearner._generate_and_compute_advantage; the step's tokens are not at hand"
+    )
 
 
 def trajectory_version(trajectory: Any) -> Any:

@@ -4,7 +4,8 @@ another estimator."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import jax.numpy as jnp
@@ -16,11 +17,13 @@ from tunix.rl.grpo import (  # type: ignore[import-not-found, unused-ignore]
 )
 from tunix.rl.grpo.grpo_learner import GRPOLearner  # type: ignore[import-not-found, unused-ignore]
 
+from advbudget.core import get_spec
 from advbudget.metrics import PromptLedger
 
 from .._features import (
     RunMemory,
     Step,
+    check_memory,
     dropped_rows,
     forget_published,
     group_prompts,
@@ -32,9 +35,9 @@ from .._features import (
 )
 from ._convention import TUNIX
 from ._estimators import metric_fn, registered_names
-from ._hooks import LearnerHooks, restored_checkpoint_metadata
+from ._hooks import LearnerHooks, grpo_step_tokens, restored_checkpoint_metadata
 from ._kappa import KappaHooks, KappaTracker, kappa_batch
-from ._options import STALENESS_REFUSED, options, read_options, staleness_given
+from ._options import STALENESS_REFUSED, key_of, options, read_options, staleness_given
 
 #: The key of the run's memory (the prompt ledger, an estimator's state) in the custom
 #: metadata of tunix's actor checkpoints; :data:`LEDGER_METADATA`: the ledger alone, in
@@ -138,6 +141,13 @@ class AdvBudgetGRPOLearner(LearnerHooks, GRPOLearner):  # type: ignore[misc, unu
                 f"skipped_groups: 'drop' needs an advbudget estimator (advbudget_<name> or "
                 f"reward_budget) as advantage_estimator, got {name!r}"
             )
+        if self.advbudget_options.kl_rho:
+            if name not in TUNIX.names():
+                raise ValueError(
+                    f"rho: 'kl' is spo's KL-adaptive forgetting (advantage_estimator="
+                    f"'advbudget_spo'); tunix's {name!r} takes no rho"
+                )
+            check_memory(get_spec(TUNIX.core_name(name)), self.advbudget_options, key_of)
         trainer = self.rl_cluster.actor_trainer
         self._kappa: KappaTracker | None = None
         if self.advbudget_options.kappa_every:
@@ -175,7 +185,10 @@ class AdvBudgetGRPOLearner(LearnerHooks, GRPOLearner):  # type: ignore[misc, unu
         forget_published()  # a result left in this thread is not this step's
         training = mode is None or mode == rl_cluster_lib.Mode.TRAIN
         # tunix's batch repeats each prompt for its rollouts: one identity per row.
-        with lend_memory(self.advbudget_memory, training_input["prompts"], remember=training):
+        prompts = training_input["prompts"]
+        forgetting: dict[str, float] = {}
+        measure = self._forgetting(prompts, forgetting) if training else None
+        with lend_memory(self.advbudget_memory, prompts, remember=training, rho=measure):
             example = self.tunix_generate_and_compute_advantage(training_input, mode)
         rows = int(example.advantages.shape[0])
         scored = take_published(rows)
@@ -189,6 +202,7 @@ class AdvBudgetGRPOLearner(LearnerHooks, GRPOLearner):  # type: ignore[misc, unu
             example = drop_step_rows(example, step)
         if step is not None:
             metrics = step_metrics(step) if self._advbudget_metrics else {}
+            metrics.update(forgetting)
             if training and self.prompt_ledger is not None:
                 prompts = group_prompts(step, training_input["prompts"])
                 metrics.update(update_ledger(self.prompt_ledger, step, prompts))
@@ -202,6 +216,60 @@ class AdvBudgetGRPOLearner(LearnerHooks, GRPOLearner):  # type: ignore[misc, unu
             if batch is not None:
                 self._kappa.add(batch)
         return example
+
+    def _forgetting(
+        self, prompts: Sequence[Any], metrics: dict[str, float]
+    ) -> Callable[[], np.ndarray] | None:
+        """With ``rho="kl"``: what measures spo's ρ of each row when tunix calls the
+        estimator (:class:`~advbudget.adapters._features.LastResponses`), its metrics into
+        ``metrics``. The step's tokens and the policy's log-probs are read from tunix's
+        step (:func:`._hooks.grpo_step_tokens`); a kept response is scored again by the
+        policy through ``RLCluster.get_old_per_token_logps``, as tunix scores old
+        log-probs."""
+        if not self.advbudget_options.kl_rho:
+            return None
+
+        def measure() -> np.ndarray:
+            tokens = grpo_step_tokens()
+            prompt_ids = np.asarray(tokens["prompt_ids"])
+            completions = np.asarray(tokens["jax_completion_ids"])
+            masks = np.asarray(tokens["completion_mask"], dtype=bool)
+            old = tokens["old_per_token_logps"]
+
+            def now(rows: list[int]) -> tuple[list[Any], list[np.ndarray]]:
+                handles = [
+                    _Response(prompt_ids[row].copy(), completions[row].copy(), masks[row].copy())
+                    for row in rows
+                ]
+                if old is None:  # tunix computed none (num_iterations == 1)
+                    return handles, self._token_logps(handles)
+                values = np.asarray(old, dtype=np.float64)
+                return handles, [values[row][masks[row]] for row in rows]
+
+            rho, measured = self.advbudget_memory.last_responses.rho(
+                prompts, now, self._token_logps, prefix=TUNIX.metric_prefix
+            )
+            metrics.update(measured)
+            return rho
+
+        return measure
+
+    def _token_logps(self, handles: list[_Response]) -> list[np.ndarray]:
+        """The policy's log-probs of the completion tokens of ``handles`` now, one call of
+        tunix's ``get_old_per_token_logps`` per shape (their steps' padded widths)."""
+        out: list[np.ndarray] = [np.zeros(0)] * len(handles)
+        shapes: dict[tuple[int, int], list[int]] = {}
+        for at, h in enumerate(handles):
+            shapes.setdefault((h.prompt.shape[0], h.completion.shape[0]), []).append(at)
+        for members in shapes.values():
+            logps = self.rl_cluster.get_old_per_token_logps(
+                prompt_tokens=jnp.asarray(np.stack([handles[at].prompt for at in members])),
+                completion_tokens=jnp.asarray(np.stack([handles[at].completion for at in members])),
+            )
+            values = np.asarray(logps, dtype=np.float64)
+            for at, row in zip(members, values, strict=True):
+                out[at] = row[handles[at].mask]
+        return out
 
     def _kappa_due(self) -> bool:
         # tunix counts steps from 0 while they run: the K-th update is step K - 1
@@ -229,6 +297,16 @@ class AdvBudgetDAPOLearner(AdvBudgetGRPOLearner, dapo_learner.DAPOLearner):  # t
     when ``overlong_buffer`` is enabled, its overlong reward shaping, which tunix 0.1.7
     measures in characters) plus everything :class:`AdvBudgetGRPOLearner` adds. tunix has
     no dynamic sampling; ``skipped_groups="drop"`` takes dead groups out of the loss."""
+
+
+@dataclass(frozen=True)
+class _Response:
+    """A response kept for ``rho="kl"``: its step's left-padded prompt tokens, its padded
+    completion tokens and the completion's mask (tunix's: not padding)."""
+
+    prompt: np.ndarray
+    completion: np.ndarray
+    mask: np.ndarray
 
 
 def drgrpo_config(*, advantage_estimator: str = "reward_budget", **kwargs: Any) -> Any:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .._options import CORE_OPTIONS, STALENESS_OPTIONS, UNSET, AdapterOptions
+from .._options import CORE_OPTIONS, KL_RHO, STALENESS_OPTIONS, UNSET, AdapterOptions
 from ._convention import TUNIX
 
 #: The environment variable read at import for the options (``budget=0.5,nan_policy=omit``):
@@ -44,13 +44,17 @@ def key_of(name: str) -> str:
 
 
 def read_options(
-    given: Mapping[str, Any], *, staleness_refused: str | None = None
+    given: Mapping[str, Any],
+    *,
+    staleness_refused: str | None = None,
+    kl_rho_refused: str | None = None,
 ) -> AdapterOptions:
     """The options of keyword arguments ``given`` (defaults from tunix's convention row); an
     unknown or bad one raises a one-line ValueError naming it. ``staleness_refused``: why
     the learner reading them refuses ``max_staleness`` and ``stale_rollouts``
     (:data:`STALENESS_REFUSED` for ``AdvBudgetGRPOLearner``; None: the agentic learner,
-    which reads each trajectory's policy version).
+    which reads each trajectory's policy version); ``kl_rho_refused``: why it refuses
+    ``rho="kl"`` (:data:`AGENTIC_KL_RHO_REFUSED` for the agentic learner).
 
     Examples:
         >>> options = read_options({"budget": 0.5, "skipped_groups": "Drop"})
@@ -67,7 +71,7 @@ def read_options(
         TUNIX,
         key=key_of,
         resample_refused=RESAMPLE_REFUSED,
-        kl_rho_refused=KL_RHO_REFUSED,
+        kl_rho_refused=kl_rho_refused,
         staleness_refused=staleness_refused,
     )
 
@@ -81,11 +85,11 @@ STALENESS_REFUSED = (
 )
 
 
-#: Why ``rho="kl"`` is refused in tunix: not built (the learner would score each kept
-#: response again with the actor, one extra forward pass a step).
-KL_RHO_REFUSED = (
-    "the adapter does not score past responses again with tunix's actor yet; give spo a "
-    "constant rho in [0, 1] (default 0.875)"
+#: Why ``AdvBudgetAgenticGRPOLearner`` refuses ``rho="kl"``: tunix's agentic learner
+#: scores a group from its trajectories' rewards alone, without their tokens at hand.
+AGENTIC_KL_RHO_REFUSED = (
+    "tunix's agentic learner hands the estimator a group's rewards without its tokens; "
+    "AdvBudgetGRPOLearner measures it; give spo a constant rho in [0, 1] (default 0.875)"
 )
 
 
@@ -157,6 +161,8 @@ def _checked(record: AdapterOptions, key: str, value: Any) -> Any:
         return record.solved_reward
     if key == "group_weight":
         return value  # as given (a name, a mapping, a callable): the record holds it parsed
+    if key == "rho" and record.kl_rho:
+        return KL_RHO
     return record.estimator_options[key]
 
 

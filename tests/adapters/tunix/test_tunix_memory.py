@@ -93,10 +93,87 @@ def test_memory_through_the_loop_and_a_resume(tmp_path: Path, name: str) -> None
     assert resumed.advbudget_memory.estimator_state.state_dict() == state.state_dict()
 
 
-def test_rho_kl_is_refused_in_tunix_with_the_reason() -> None:
+@pytest.mark.parametrize("num_iterations", [1, 2])
+def test_spo_kl_rho_through_the_loop(tmp_path: Path, num_iterations: int) -> None:
+    """rho="kl": step 1 meets its 2 prompts first (ρ 0.96); at steps 2 and 3 each prompt's
+    last response is scored again by the policy and its drift sets ρ. The step's log-probs
+    are tunix's old ones (num_iterations 2) or the adapter's forward (1, tunix computes
+    none). Every step's advantages replay through the core with the measured ρ (and
+    would not with spo's default 0.875)."""
     from advbudget.adapters.tunix import configure
+    from advbudget.testing import assert_memory_replays
 
-    with pytest.raises(ValueError, match=r"^rho: 'kl' is not available here: the adapter"):
-        configure(rho="kl")
+    configure(rho="kl")
+    try:
+        calls: list[dict[str, Any]] = []
+        cluster = tiny_cluster(tmp_path, max_steps=3 * num_iterations)  # a step an update
+        learner = _learner(cluster, "advbudget_spo", calls)
+        learner.algo_config.num_iterations = num_iterations
+        kept = learner.advbudget_memory.last_responses
+        measured: list[Any] = []
+        rho = kept.rho
+
+        def recording(*args: Any, **kwargs: Any) -> Any:
+            out = rho(*args, **kwargs)
+            measured.append(out)
+            return out
+
+        kept.rho = recording  # type: ignore[method-assign]
+        learner.train([{"prompts": np.array(["q 1", "q 2"])}] * 3)
+    finally:
+        configure()
+    assert len(calls) == len(measured) == 3
+    for step, ((values, metrics), call) in enumerate(zip(measured, calls, strict=True), 1):
+        call["prompt_ids"], call["rho"] = call["prompts"], values.tolist()
+        assert metrics["advbudget/spo_first_seen_fraction"] == (1.0 if step == 1 else 0.0)
+        if step == 1:
+            assert set(values.tolist()) == {0.96}
+        else:
+            # The policy moved (an update after every step), a little: adamw at 1e-3 moves
+            # a token's log-prob by ~1e-3, which keeps ρ at its 0.96 ceiling; a response
+            # compared with other tokens than its own would drift by nats.
+            assert 0 < metrics["advbudget/spo_drift_mean"] < 0.1, metrics
+            assert metrics["advbudget/spo_rho_mean"] == pytest.approx(values.mean())
+            assert np.all((values >= 0.875) & (values <= 0.96)), values
+    assert_memory_replays(calls, "spo")
+    with pytest.raises(AssertionError, match="not the advantages of an uninterrupted run"):
+        assert_memory_replays([{**call, "rho": [0.875] * G * 2} for call in calls], "spo")
+
+
+def test_rho_kl_is_refused_by_the_agentic_learner_with_the_reason() -> None:
+    from advbudget.adapters.tunix import AdvBudgetAgenticGRPOLearner, configure
+
+    assert configure(rho="kl") == {"rho": "kl"}
+    try:
+        with pytest.raises(
+            ValueError, match=r"^rho: 'kl' is not available here: tunix's agentic learner"
+        ):
+            AdvBudgetAgenticGRPOLearner(rl_cluster=None, algo_config=None)
+    finally:
+        configure()
     assert configure(rho=0.9) == {"rho": 0.9}
     configure()
+
+
+@pytest.mark.parametrize(
+    ("estimator", "message"),
+    [
+        ("advbudget_rae", r"^rho: 'kl' is spo's KL-adaptive forgetting; estimator 'rae' takes"),
+        ("grpo", r"^rho: 'kl' is spo's KL-adaptive forgetting \(advantage_estimator="),
+    ],
+)
+def test_rho_kl_needs_spo(tmp_path: Path, estimator: str, message: str) -> None:
+    from tunix.rl.grpo.grpo_learner import GRPOConfig
+
+    from advbudget.adapters.tunix import AdvBudgetGRPOLearner, configure
+
+    configure(rho="kl")
+    try:
+        with pytest.raises(ValueError, match=message):
+            AdvBudgetGRPOLearner(
+                rl_cluster=tiny_cluster(tmp_path, max_steps=1),
+                algo_config=GRPOConfig(num_generations=G, advantage_estimator=estimator),
+                reward_fns=[every_third_all_equal],
+            )
+    finally:
+        configure()
