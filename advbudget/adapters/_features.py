@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -334,6 +334,33 @@ class LastResponses:
         return rho, {prefix + key: value for key, value in metrics.items()}
 
 
+def score_by_shape(
+    handles: Sequence[Any],
+    shape: Callable[[Any], Hashable],
+    score: Callable[[list[Any]], Sequence[np.ndarray]],
+) -> list[np.ndarray]:
+    """A :data:`Rescore` from a forward pass that takes responses of one shape: ``score``
+    called once per ``shape(handle)`` (a framework pads each step's responses to that
+    step's widths, so kept responses of several steps differ), the results in the order of
+    ``handles``.
+
+    Examples:
+        >>> calls = []
+        >>> score = lambda hs: calls.append(len(hs)) or [np.array([len(h)]) for h in hs]
+        >>> [a.tolist() for a in score_by_shape(["ab", "c", "de"], len, score)], calls
+        ([[2], [1], [2]], [2, 1])
+    """
+    out: list[np.ndarray] = [np.zeros(0)] * len(handles)
+    shapes: dict[Hashable, list[int]] = {}
+    for at, handle in enumerate(handles):
+        shapes.setdefault(shape(handle), []).append(at)
+    for members in shapes.values():
+        scored = score([handles[at] for at in members])
+        for at, values in zip(members, scored, strict=True):
+            out[at] = values
+    return out
+
+
 def _mean_drift(before: np.ndarray, after: np.ndarray, prompt: Any) -> float:
     """D of one response: the mean |Δ log-prob| over its tokens (0 with none)."""
     after = np.asarray(after, dtype=np.float64)
@@ -353,11 +380,21 @@ def _no_prompts(spec: EstimatorSpec, where: str) -> ValueError:
     )
 
 
-def check_memory(spec: EstimatorSpec, options: AdapterOptions, key: Callable[[str], str]) -> None:
+def check_memory(
+    spec: EstimatorSpec | None, options: AdapterOptions, key: Callable[[str], str]
+) -> None:
     """Refuse what an estimator with memory cannot do: ``skipped_groups="resample"``
     scores a step's prompts once per generation round and again on the assembled batch,
-    and each scoring would update the memory; ``rho="kl"`` is ``spo``'s alone. ``key``
-    gives the framework's key of an option."""
+    and each scoring would update the memory; ``rho="kl"`` is ``spo``'s alone (``spec``
+    None: the framework's own estimator, which takes no rho either). ``key`` gives the
+    framework's key of an option."""
+    if spec is None:
+        if options.kl_rho:
+            raise ValueError(
+                f"{key('rho')}: 'kl' is spo's KL-adaptive forgetting; {options.framework}'s "
+                "own estimator takes no rho (choose advbudget's spo)"
+            )
+        return
     if spec.tracker is not None and options.skipped_groups == "resample":
         raise ValueError(
             f"{key('skipped_groups')}: estimator {spec.name!r} remembers each prompt across "

@@ -80,6 +80,7 @@ from .._features import (
     resample_plan,
     resample_shortfall,
     sampled_group_metrics,
+    score_by_shape,
     step_metrics,
     take_published,
     update_ledger,
@@ -131,6 +132,8 @@ def check_run(cfg: Any) -> AdapterOptions:
         if cfg.generator.step_wise_trajectories:
             check_step_wise_inputs(name, spec)
         check_memory(spec, options, key_of)
+    else:
+        check_memory(None, options, key_of)  # SkyRL's own estimator
     if options.kl_rho and cfg.generator.step_wise_trajectories:
         raise ValueError(
             f"{key_of('rho')}: 'kl' is not built for step-wise trajectories (a trajectory's "
@@ -316,19 +319,19 @@ class AdvBudgetPPOTrainer(RayPPOTrainer):  # type: ignore[misc]
         """The policy's log-probs of each response's tokens now (its ``response_mask``),
         one forward through SkyRL's workers per shape of the responses (their step's
         sequence and response lengths)."""
-        out: list[np.ndarray] = [np.zeros(0)] * len(handles)
-        shapes: dict[tuple[int, int], list[int]] = {}
-        for at, h in enumerate(handles):
-            shapes.setdefault((int(h.sequences.shape[0]), h.response_length), []).append(at)
-        for (_, length), members in shapes.items():
+
+        def score(same: list[_Response]) -> list[np.ndarray]:
             logprobs = self._policy_logprobs(
-                torch.stack([handles[at].sequences for at in members]),
-                torch.stack([handles[at].attention_mask for at in members]),
-                length,
+                torch.stack([h.sequences for h in same]),
+                torch.stack([h.attention_mask for h in same]),
+                same[0].response_length,
             )
-            for values, at in zip(logprobs, members, strict=True):
-                out[at] = values[handles[at].response_mask].double().numpy()
-        return out
+            return [
+                values[h.response_mask].double().numpy()
+                for values, h in zip(logprobs, same, strict=True)
+            ]
+
+        return score_by_shape(handles, lambda h: (h.sequences.shape[0], h.response_length), score)
 
     def train_critic_and_policy(self, data: TrainingInputBatch) -> Any:
         step = self.advbudget_step

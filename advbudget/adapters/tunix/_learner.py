@@ -29,6 +29,7 @@ from .._features import (
     group_prompts,
     kappa_due,
     lend_memory,
+    score_by_shape,
     step_metrics,
     take_published,
     update_ledger,
@@ -141,13 +142,8 @@ class AdvBudgetGRPOLearner(LearnerHooks, GRPOLearner):  # type: ignore[misc, unu
                 f"skipped_groups: 'drop' needs an advbudget estimator (advbudget_<name> or "
                 f"reward_budget) as advantage_estimator, got {name!r}"
             )
-        if self.advbudget_options.kl_rho:
-            if name not in TUNIX.names():
-                raise ValueError(
-                    f"rho: 'kl' is spo's KL-adaptive forgetting (advantage_estimator="
-                    f"'advbudget_spo'); tunix's {name!r} takes no rho"
-                )
-            check_memory(get_spec(TUNIX.core_name(name)), self.advbudget_options, key_of)
+        spec = get_spec(TUNIX.core_name(name)) if name in TUNIX.names() else None
+        check_memory(spec, self.advbudget_options, key_of)  # None: tunix's own estimator
         trainer = self.rl_cluster.actor_trainer
         self._kappa: KappaTracker | None = None
         if self.advbudget_options.kappa_every:
@@ -257,19 +253,16 @@ class AdvBudgetGRPOLearner(LearnerHooks, GRPOLearner):  # type: ignore[misc, unu
     def _token_logps(self, handles: list[_Response]) -> list[np.ndarray]:
         """The policy's log-probs of the completion tokens of ``handles`` now, one call of
         tunix's ``get_old_per_token_logps`` per shape (their steps' padded widths)."""
-        out: list[np.ndarray] = [np.zeros(0)] * len(handles)
-        shapes: dict[tuple[int, int], list[int]] = {}
-        for at, h in enumerate(handles):
-            shapes.setdefault((h.prompt.shape[0], h.completion.shape[0]), []).append(at)
-        for members in shapes.values():
+
+        def score(same: list[_Response]) -> list[np.ndarray]:
             logps = self.rl_cluster.get_old_per_token_logps(
-                prompt_tokens=jnp.asarray(np.stack([handles[at].prompt for at in members])),
-                completion_tokens=jnp.asarray(np.stack([handles[at].completion for at in members])),
+                prompt_tokens=jnp.asarray(np.stack([h.prompt for h in same])),
+                completion_tokens=jnp.asarray(np.stack([h.completion for h in same])),
             )
             values = np.asarray(logps, dtype=np.float64)
-            for at, row in zip(members, values, strict=True):
-                out[at] = row[handles[at].mask]
-        return out
+            return [row[h.mask] for row, h in zip(values, same, strict=True)]
+
+        return score_by_shape(handles, lambda h: (h.prompt.shape[0], h.completion.shape[0]), score)
 
     def _kappa_due(self) -> bool:
         # tunix counts steps from 0 while they run: the K-th update is step K - 1

@@ -489,9 +489,8 @@ def _per_trajectory(step: Step, batch: Any) -> Step:
         return step
     outcome = step.outcome
     if outcome is not None:
-        rows = int(step.result.advantages.shape[0])
-        keys = batch.keys if len(batch.keys) == rows else _real_keys(batch)
-        outcome = trajectory_values(outcome, read_keys(keys).final, trajectories.index)
+        final = read_keys(_real_keys(batch)).final
+        outcome = trajectory_values(outcome, final, trajectories.index)
     return dataclasses.replace(step, result=trajectories.result, outcome=outcome)
 
 

@@ -343,6 +343,13 @@ def test_the_config_takes_the_advbudget_mapping() -> None:
             "trainer.algorithm.advbudget.rho: 'kl' is spo's KL-adaptive forgetting",
         ),
         (
+            [
+                "trainer.algorithm.advantage_estimator=grpo",
+                "trainer.algorithm.advbudget.rho=kl",
+            ],
+            "trainer.algorithm.advbudget.rho: 'kl' is spo's KL-adaptive forgetting; skyrl's own",
+        ),
+        (
             ["trainer.algorithm.advbudget.row_weights=true"],
             "trainer.algorithm.advbudget.row_weights: weighs the steps of step-wise trajectories",
         ),

@@ -159,7 +159,7 @@ def test_rho_kl_is_refused_by_the_agentic_learner_with_the_reason() -> None:
     ("estimator", "message"),
     [
         ("advbudget_rae", r"^rho: 'kl' is spo's KL-adaptive forgetting; estimator 'rae' takes"),
-        ("grpo", r"^rho: 'kl' is spo's KL-adaptive forgetting \(advantage_estimator="),
+        ("grpo", r"^rho: 'kl' is spo's KL-adaptive forgetting; tunix's own estimator takes"),
     ],
 )
 def test_rho_kl_needs_spo(tmp_path: Path, estimator: str, message: str) -> None:
