@@ -381,18 +381,24 @@ def _no_prompts(spec: EstimatorSpec, where: str) -> ValueError:
 
 
 def check_memory(
-    spec: EstimatorSpec | None, options: AdapterOptions, key: Callable[[str], str]
+    spec: EstimatorSpec | None,
+    options: AdapterOptions,
+    key: Callable[[str], str],
+    *,
+    unnamed: str = "",
 ) -> None:
     """Refuse what an estimator with memory cannot do: ``skipped_groups="resample"``
     scores a step's prompts once per generation round and again on the assembled batch,
     and each scoring would update the memory; ``rho="kl"`` is ``spo``'s alone (``spec``
-    None: the framework's own estimator, which takes no rho either). ``key`` gives the
-    framework's key of an option."""
+    None: an estimator not in advbudget's catalogue, the framework's own unless
+    ``unnamed`` says what it is, which takes no rho either). ``key`` gives the framework's
+    key of an option."""
     if spec is None:
         if options.kl_rho:
+            what = unnamed or f"{options.framework}'s own estimator"
             raise ValueError(
-                f"{key('rho')}: 'kl' is spo's KL-adaptive forgetting; {options.framework}'s "
-                "own estimator takes no rho (choose advbudget's spo)"
+                f"{key('rho')}: 'kl' is spo's KL-adaptive forgetting; {what} takes no rho "
+                "(choose advbudget's spo)"
             )
         return
     if spec.tracker is not None and options.skipped_groups == "resample":

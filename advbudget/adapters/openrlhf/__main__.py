@@ -99,6 +99,10 @@ def validate(flat: argparse.Namespace) -> None:
     estimator = getattr(flat, "algo.advantage.estimator", None)
     _validate_skipped_groups(flat, options, estimator is not None and is_ours(estimator))
     if estimator is None or not is_ours(estimator):
+        try:  # OpenRLHF's own estimator takes none of ours that need one of ours
+            check_memory(None, options, key_of)
+        except ValueError as error:
+            raise SystemExit(f"advbudget: {error}") from None
         return
     n = getattr(flat, "rollout.n_samples_per_prompt", 1)
     if n is None or n < 1 or (n < 2 and needs_groups(estimator)):

@@ -63,7 +63,7 @@ def options_of(holder: Any, args: Any) -> AdapterOptions:
     if options is None:
         options = read_options(args)
         name = getattr(getattr(getattr(args, "algo", None), "advantage", None), "estimator", "")
-        if name in OPENRLHF.names():
-            check_memory(get_spec(OPENRLHF.core_name(name)), options, key_of)
+        ours = name in OPENRLHF.names()  # else OpenRLHF's own estimator: spec None
+        check_memory(get_spec(OPENRLHF.core_name(name)) if ours else None, options, key_of)
         setattr(holder, _OPTIONS_ATTR, options)
     return options

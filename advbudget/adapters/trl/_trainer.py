@@ -307,8 +307,7 @@ class AdvBudgetGRPOTrainer(TrainerHooks, GRPOTrainer):  # type: ignore[misc, unu
         self.advantage_estimator = advantage_estimator
         self.advantage_settings = settings
         self.advbudget_options: AdapterOptions = options
-        if spec is not None:
-            check_memory(spec, options, str)
+        check_memory(spec, options, str, unnamed="a callable estimator")
         self._advbudget_spec = spec
         # The ledger and an estimator's memory: kept with each checkpoint (advbudget_state).
         self.advbudget_memory = RunMemory().with_ledger(prompt_ledger and options.prompt_ledger)

@@ -125,6 +125,13 @@ def test_rho_kl_flag() -> None:
         )  # fmt: skip
     with pytest.raises(SystemExit, match=r"^advbudget: --advbudget\.rho: expected a number in"):
         parse(*spo, "--advbudget.rho", "1.5")
+    with pytest.raises(
+        SystemExit, match=r"^advbudget: --advbudget\.rho: .*openrlhf's own estimator takes no rho"
+    ):
+        parse(
+            "--algo.advantage.estimator", "group_norm", "--rollout.n_samples_per_prompt", "8",
+            "--advbudget.rho", "kl",
+        )  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -92,6 +92,9 @@ def test_memory_refuses_resample_and_needs_prompts(make_trainer: Any) -> None:
     with pytest.raises(ValueError, match="rho: 'kl' is spo's KL-adaptive forgetting"):
         make_trainer(AdvBudgetGRPOTrainer, advantage_estimator="rae", advantage_options={
             "rho": "kl"})  # fmt: skip
+    with pytest.raises(ValueError, match=r"rho: 'kl' is spo's .*a callable estimator takes no rho"):
+        make_trainer(AdvBudgetGRPOTrainer, advantage_estimator=lambda rewards, **_: rewards,
+                     advantage_options={"rho": "kl"})  # fmt: skip
     trainer = make_trainer(AdvBudgetGRPOTrainer, advantage_estimator="rae")
     rewards = torch.tensor([[1.0], [0.0], [1.0], [1.0]])
     with pytest.raises(ValueError, match="prompt_ids: estimator 'rae' remembers"):
