@@ -89,6 +89,33 @@ def time_call(
     return seconds
 
 
+def time_side_by_side(
+    runs: Mapping[str, Callable[[], Any]], *, repeats: int, min_seconds: float = 0.0
+) -> dict[str, list[float]]:
+    """Seconds of each of ``runs``' calls, taken in rounds (one call of each path per
+    round, the order turned by one each round) after one untimed call each: paths whose
+    ratio is judged see the same machine (a neighbour's load, the CPU's clock, the
+    allocator's free memory) instead of whichever stretch of the run each got alone. At
+    least ``repeats`` rounds, more (at most ``MAX_REPEATS``) until the slowest path has
+    ``min_seconds`` timed."""
+    names = list(runs)
+    seconds: dict[str, list[float]] = {name: [] for name in names}
+
+    def once(name: str) -> float:
+        start = time.perf_counter()
+        runs[name]()
+        return time.perf_counter() - start
+
+    slowest = max(once(name) for name in names)
+    if min_seconds > 0 and slowest > 0:
+        repeats = max(repeats, min(MAX_REPEATS, math.ceil(min_seconds / slowest)))
+    for round_number in range(repeats):
+        turn = round_number % len(names)
+        for name in names[turn:] + names[:turn]:
+            seconds[name].append(once(name))
+    return seconds
+
+
 def summary(seconds: Sequence[float]) -> dict[str, Any]:
     """The median and fastest call in ms and the number of calls timed."""
     return {

@@ -16,7 +16,14 @@ import sys
 from collections.abc import Sequence
 
 import numpy as np
-from _harness import Target, machine_info, size_arguments, size_row, write_size_report
+from _harness import (
+    Target,
+    machine_info,
+    size_arguments,
+    summary,
+    time_side_by_side,
+    write_size_report,
+)
 from estimators import G, make_rewards
 
 from advbudget import compute_advantages
@@ -68,16 +75,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                     if not np.allclose(got, want, rtol=1e-9, atol=1e-12):
                         diff = np.max(np.abs(got - want))
                         problems.append(f"{path} at N={n}: max |diff| {diff:.3g}")
-                results.append(
-                    size_row(
-                        n,
-                        path,
-                        lambda r=rewards, b=base, w=weight: compute_advantages(
-                            r, b, group_size=G, group_weight=w
-                        ),
-                        args.repeats,
-                    )
+            runs = {
+                path: lambda r=rewards, b=base, w=weight: compute_advantages(
+                    r, b, group_size=G, group_weight=w
                 )
+                for path, weight in paths.items()
+            }
+            timed = time_side_by_side(runs, repeats=args.repeats, min_seconds=0.2)
+            results += [{"n": n, "path": path, **summary(timed[path])} for path in paths]
     targets = [
         Target(f"{base} + {w} / {base}", f"{base} + {w}", base, BOUND)
         for base in BASES
@@ -85,8 +90,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     intro = (
         f"numpy, G = {G}, 0/1 rewards (a quarter of the groups constant); the base "
-        "estimator with and without `group_weight=`; median of the timed calls "
-        "(`python benchmarks/weights.py`)."
+        "estimator with and without `group_weight=`, timed side by side (one call of "
+        "each path per round); median of the timed calls (`python benchmarks/weights.py`)."
     )
     return write_size_report(
         args.output,

@@ -187,6 +187,57 @@ def test_weights_stay_in_range_and_never_touch_skips(
     assert valid.shape == rewards.shape
 
 
+FLOATS = st.sampled_from([np.float64, np.float32])
+SPECIAL = st.sampled_from([0.0, -0.0, math.inf, -math.inf, math.nan, 5e-324, -1e-300])
+
+
+@settings(max_examples=80, deadline=None)
+@given(FLOATS, st.integers(1, 40), st.sampled_from([1, 2, 3, 8]), st.data())
+def test_the_sign_choice_is_numpys_where_bit_for_bit(
+    dtype: Any, num_groups: int, size: int, data: Any
+) -> None:
+    """numpy's grpo_lead product chooses each weight by the bits of the row's sign
+    (``_by_sign``): the same numbers as ``where(rows > 0, up, down) * rows``, with zeros of
+    both signs, infinities and NaN among the rows, per-group weights broadcast."""
+    from advbudget.core._weights import _by_sign
+
+    values = st.one_of(st.floats(-1e3, 1e3, width=32), SPECIAL)
+    rows = np.array(data.draw(st.lists(values, min_size=num_groups * size,
+                                       max_size=num_groups * size)), dtype=dtype)  # fmt: skip
+    rows = rows.reshape(num_groups, size)
+    weights = st.floats(0, 2, width=32)
+    up, down = (
+        np.array(
+            data.draw(st.lists(weights, min_size=num_groups, max_size=num_groups)), dtype=dtype
+        ).reshape(num_groups, 1)
+        for _ in range(2)
+    )
+    with np.errstate(invalid="ignore"):
+        want = np.where(rows > 0, up, down) * rows
+        got = _by_sign(rows, up, down)
+    assert got is not None
+    assert (got.dtype, got.shape) == (want.dtype, want.shape)
+    np.testing.assert_array_equal(got, want)  # NaN where NaN
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    assert _by_sign(rows, up.astype(np.float16), down) is None  # mixed dtypes: where()
+
+
+def test_dqw_with_a_tiny_temperature_and_a_near_tie_skipped() -> None:
+    """A near-tie group is skipped, yet one of its rewards reaches the solved bar and one
+    does not (p̂ 1/2, below both kept groups'): its term must not overflow (exp(+gap/T) · 0
+    would be NaN); weight 1. The kept groups' softmax at T = 1e-300 puts their whole
+    weight (2) on the harder one (p̂ 3/4 against 4/5)."""
+    rewards = np.array([1 - 1.5e-6, 1 - 2.5e-6, 1, 1, 0, 1, 1, 0, 1, 1, 1])
+    result = compute_advantages(
+        rewards,
+        "grpo",
+        group_ids=np.repeat([0, 1, 2], [2, 4, 5]),
+        group_weight={"name": "dqw", "temperature": 1e-300},
+    )
+    assert result.group_skipped.tolist() == [True, False, False]
+    assert result.weights.tolist() == [1.0] * 2 + [2.0] * 4 + [0.0] * 5
+
+
 def test_solved_reward_and_nan_set_the_solved_share() -> None:
     """±1 rewards: solved is +1 (p̂ 1/4 here); a NaN left out does not count."""
     rewards = np.array([1.0, -1, -1, -1, 1, -1, np.nan, -1])
