@@ -592,6 +592,13 @@ def lent_prompts() -> Sequence[Any] | None:
     return None if _LENT.loan is None else _LENT.loan.row_prompts
 
 
+def lent_rho() -> np.ndarray | None:
+    """The ρ per row that :func:`lend_memory` lent this thread (None outside it, without
+    ``rho="kl"``, or when a function measures it on call): what a probe records."""
+    loan = _LENT.loan
+    return loan.rho if loan is not None and isinstance(loan.rho, np.ndarray) else None
+
+
 def lent_keywords(spec: EstimatorSpec, rows: int, where: str) -> dict[str, Any]:
     """Inside an estimator call: the :func:`~advbudget.compute_advantages` keywords of an
     estimator with memory, from what :func:`lend_memory` lent this thread (prompts of

@@ -51,7 +51,8 @@ VERL = Convention(
     memory=(
         "identity: the dataset `index` (else the prompt tokens), lent by the advbudget_* "
         "trainer modes to the estimator verl calls; state: `advbudget_memory.json` in each "
-        "`global_step_N` checkpoint folder; spo's `rho=kl` is not available (refused)"
+        "`global_step_N` checkpoint folder; spo's `rho=kl`: the actor's `compute_log_prob` "
+        "scores each kept response again"
     ),
     components=(
         "non_tensor_batch[key] for each key of algorithm.gdpo_reward_keys (the keys of the "

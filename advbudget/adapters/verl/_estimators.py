@@ -459,6 +459,8 @@ def compute_result(
         "verl hands an estimator no prompt identity: run an advbudget trainer mode "
         "(trainer.v1.trainer_mode=advbudget_sync), which lends it each row's prompt",
     )
+    if any(prompt is None for prompt in memory.get("prompt_ids", ())):
+        scores, settings = padding_left_out(scores, memory["prompt_ids"], settings)
     # Versions lent by a caller, else those of verl's async advantage step we run under.
     versions = lent_versions(size) or staleness_keywords(read_options(config), size)
     if sessions is None:
@@ -475,6 +477,29 @@ def compute_result(
     return compute_advantages(
         scores, core, group_ids=index, **settings, **inputs, **memory, **versions, **trajectories
     )
+
+
+def padding_left_out(
+    scores: Any, row_prompts: list[Any], settings: dict[str, Any]
+) -> tuple[Any, dict[str, Any]]:
+    """An estimator with memory leaves verl's padding rows out (the rows the trainer lends
+    no prompt: no-op samples with reward 0 that copy the first real row's prompt): as
+    rewards that are not there (NaN, ``nan_policy="omit"``), so they neither count as that
+    prompt's failures nor enter spo's batch statistics. Under ``nan_policy="raise"`` a
+    NaN among the real rows is still the core's error.
+
+    Examples:
+        >>> import torch
+        >>> scores, settings = padding_left_out(torch.tensor([1.0, 0.0, 0.0]), ["a", "b", None], {})
+        >>> scores.tolist(), settings
+        ([1.0, 0.0, nan], {'nan_policy': 'omit'})
+    """
+    import torch
+
+    padding = torch.tensor([prompt is None for prompt in row_prompts])
+    if settings.get("nan_policy", "raise") == "raise" and bool(scores[~padding].isnan().any()):
+        return scores, settings  # the core refuses the real NaN
+    return scores.masked_fill(padding, float("nan")), {**settings, "nan_policy": "omit"}
 
 
 _FUNCTIONS: dict[str, VerlEstimator] = {}

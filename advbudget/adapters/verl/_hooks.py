@@ -495,6 +495,38 @@ def data_parallel_size(worker_group: Any) -> int:
     return int(max(info["actor"])) + 1
 
 
+def log_prob_rows(rows: int, *, dp_size: int, micro_batch_size: int | None = None) -> int:
+    """The size of an extra ``compute_log_prob`` sub-batch (κ_eff's pairs, spo's kept
+    responses) of ``rows`` rows: the least multiple of what the actor accepts. verl splits
+    the rows evenly over the ``dp_size`` data-parallel ranks
+    (``make_nd_compute_dataproto_dispatch_fn``); with fixed micro-batches each rank's
+    share must then be a multiple of its micro-batch size
+    (``verl/workers/engine/utils.py:125``), so the whole a multiple of ``dp_size *
+    micro_batch_size``; with dynamic micro-batches (``micro_batch_size`` ``None``) a
+    multiple of ``dp_size``.
+
+    Examples:
+        >>> log_prob_rows(6, dp_size=1, micro_batch_size=8), log_prob_rows(6, dp_size=4)
+        (8, 8)
+        >>> log_prob_rows(6, dp_size=2, micro_batch_size=2)  # not lcm(2, 2): 3 rows a rank
+        8
+    """
+    multiple = dp_size * (micro_batch_size or 1)
+    return -(-rows // multiple) * multiple
+
+
+def log_prob_micro_batch_size(actor_rollout_ref: Any) -> int | None:
+    """The micro-batch size per GPU of the actor's ``compute_log_prob``, ``None`` with
+    dynamic micro-batches. verl's engine worker takes them from the rollout config:
+    ``log_prob_use_dynamic_bsz`` (asserted equal to the actor's ``use_dynamic_bsz``) and
+    ``log_prob_micro_batch_size_per_gpu`` (``verl/workers/engine_workers.py:616-624``)."""
+    rollout = actor_rollout_ref.rollout
+    if bool(rollout.get("log_prob_use_dynamic_bsz", False)):
+        return None
+    size = rollout.get("log_prob_micro_batch_size_per_gpu")
+    return int(size) if size else None
+
+
 def response_log_probs(log_probs: Any, response_mask: Any) -> Any:
     """The response part of verl's nested prompt+response log-probs, as verl slices it."""
     from verl.workers.utils.padding import response_from_nested

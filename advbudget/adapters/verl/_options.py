@@ -61,17 +61,5 @@ def read_options(algorithm: Any) -> AdapterOptions:
         VERL,
         key=key_of,
         off="null",
-        kl_rho_refused=KL_RHO_REFUSED,
         staleness_refused=None,  # read; refused where no versions exist (._staleness)
     )
-
-
-#: Why ``rho=kl`` is refused in verl: a kept response must go through the actor's
-#: ``compute_log_prob`` again steps later, and verl's v1 trainer clears a step's rows from
-#: TransferQueue when the step ends (``verl/trainer/ppo/v1/trainer_base.py:1159``); the
-#: adapter would have to put them back. Not built.
-KL_RHO_REFUSED = (
-    "the adapter does not score a past step's responses again in verl yet (its trainer "
-    "clears a step's rows from TransferQueue when the step ends); give spo a constant rho "
-    "in [0, 1] (default 0.875)"
-)

@@ -12,14 +12,16 @@ Select one with ``trainer.v1.trainer_mode=advbudget_sync`` (or ``advbudget_coloc
   default 10; 0 turns it off): κ_eff (``advbudget/kappa_eff/{mean,median,std,min,max,count}``)
   from one extra ``compute_log_prob`` pass of the updated actor over each group's o+ and o-
   only (a ``select_keys`` sub-batch: 2 rows per group, padded with other rows of the batch
-  to what the actor's workers accept: see :func:`kappa_rows`). Cost: about 2/G of verl's
+  to what the actor's workers accept: see :func:`._hooks.log_prob_rows`). Cost: about 2/G of verl's
   own ``old_log_prob`` step (no backward, no rollout) when it runs.
 
 - the per-prompt ledger (``advbudget/never_solved_prompt_fraction``,
   ``always_solved_prompt_fraction``, ``recurring_prompts``) and, for an estimator with
   memory (``advbudget_spo``, ``advbudget_rae``), its state: lent to the estimator verl
   calls with each row's prompt (verl's dataset ``index``, else its prompt tokens), kept in
-  ``MEMORY_FILE`` beside each checkpoint and read back on resume.
+  ``MEMORY_FILE`` beside each checkpoint and read back on resume; spo's ``rho=kl``
+  (``+algorithm.advbudget.rho=kl``) measures each prompt's drift with one extra
+  ``compute_log_prob`` pass over one kept response a returning prompt (:mod:`._forgetting`).
 
 With ``+algorithm.advbudget.skipped_groups=drop`` the skipped rows leave verl's actor
 update and its normalisers (:mod:`advbudget.adapters.verl._skipped`).
@@ -67,10 +69,13 @@ from .._features import (
 )
 from .._options import AdapterOptions
 from ._convention import VERL
+from ._forgetting import forgetting
 from ._hooks import (
     KEPT_ROWS_ENV,
     TrainerHooks,
     data_parallel_size,
+    log_prob_micro_batch_size,
+    log_prob_rows,
     response_log_probs,
     trainer_registry,
 )
@@ -129,6 +134,7 @@ def _make_trainer(base: type, base_mode: str) -> type:
         _advbudget_skipped_groups = "keep"
         _advbudget_dropped: list[Any] = []  # noqa: RUF012 (replaced, never mutated)
         _advbudget_memory: RunMemory | None = None
+        _advbudget_forgetting: dict[str, float] = {}  # noqa: RUF012 (replaced, never mutated)
 
         def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
             from omegaconf import open_dict
@@ -143,8 +149,7 @@ def _make_trainer(base: type, base_mode: str) -> type:
             mode = str(option(config, "trainer.v1.trainer_mode", ""))
             self._advbudget_skipped_groups = check_options(config, trainer_mode=mode)
             spec = _described_spec(option(config, "algorithm", None))
-            if spec is not None:
-                check_memory(spec, self.advbudget_options, key_of)
+            check_memory(spec, self.advbudget_options, key_of)  # None: one we do not describe
             self._advbudget_dropped = []
             if self._advbudget_skipped_groups == "drop":
                 actor = config.actor_rollout_ref.actor
@@ -167,6 +172,8 @@ def _make_trainer(base: type, base_mode: str) -> type:
 
         def after_advantage(self, batch: Any, metrics: dict[str, Any]) -> Any:
             """After verl's advantage step: our metrics, the ledger, drop's rows."""
+            metrics.update(self._advbudget_forgetting)  # spo's rho=kl: its drift and ρ
+            self._advbudget_forgetting = {}
             result = self._step_result(batch)
             infos = _reward_extra_info(batch)
             if result is not None:
@@ -184,12 +191,17 @@ def _make_trainer(base: type, base_mode: str) -> type:
         @contextlib.contextmanager
         def advantage_context(self, batch: Any) -> Iterator[None]:
             """Around verl's advantage step: an estimator with memory gets the run's memory
-            and each row's prompt (:func:`~advbudget.adapters._features.lend_memory`);
-            nothing for the others."""
+            and each row's prompt (:func:`~advbudget.adapters._features.lend_memory`), and
+            spo with ``rho=kl`` each row's ρ (:mod:`._forgetting`); nothing for the others."""
             if not _remembers(self.config.algorithm):
                 yield
                 return
-            with lend_memory(self._memory(), _row_identities(batch) or []):
+            identities = _row_identities(batch) or []
+            rho = None
+            if self.advbudget_options.kl_rho and identities:
+                kept = self._memory().last_responses
+                rho, self._advbudget_forgetting = forgetting(self, batch, kept, identities)
+            with lend_memory(self._memory(), identities, rho=rho):
                 yield
 
         def _memory(self) -> RunMemory:
@@ -276,7 +288,7 @@ def _make_trainer(base: type, base_mode: str) -> type:
         def _kappa_eff(self, batch: Any) -> dict[str, float]:
             """One extra log-prob pass of the updated actor over each group's o+ and o-
             (2 rows per group with an advantage gap, plus a few fillers: see
-            :func:`kappa_rows`): κ_eff of this step's update."""
+            :func:`._hooks.log_prob_rows`): κ_eff of this step's update."""
             name = metrics_estimator(self.config.algorithm)
             if name is None:
                 return {}
@@ -377,30 +389,31 @@ def _step_folder(path: str, step: int | None) -> str:
 
 
 def _row_identities(batch: Any, *, real_only: bool = False) -> list[Any] | None:
-    """A stable prompt identity per row of ``batch`` (its real rows only with
-    ``real_only``): verl's dataset ``index`` (from ``extra_info.index``) when TransferQueue
-    has it, else the prompt's token ids (unpadded, hashed by
-    :func:`~advbudget.metrics.prompt_key`). None when the batch has neither."""
+    """A stable prompt identity per row of ``batch``: verl's dataset ``index`` (from
+    ``extra_info.index``) when TransferQueue has it, else the prompt's token ids (unpadded,
+    hashed by :func:`~advbudget.metrics.prompt_key`); None for verl's padding rows (no-op
+    samples that copy the first real row's prompt: :func:`._estimators.padding_left_out`), or with
+    ``real_only`` only the real rows'. None when the batch has neither."""
     import transfer_queue as tq
 
-    rows = [
-        i
-        for i in range(len(batch.keys))
-        if not (real_only and batch.tags[i].get("is_padding", False))
-    ]
-    keys = [batch.keys[i] for i in rows]
+    padding = [tag.get("is_padding", False) for tag in batch.tags]
+    keys = [key for key, pad in zip(batch.keys, padding, strict=True) if not pad]
     get = tq.kv_batch_get
+    identities: list[Any] | None = None
     try:
         values = get(keys=keys, partition_id=batch.partition_id, select_fields=["index"])["index"]
         values = values.tolist() if hasattr(values, "tolist") else list(values)
-        return [int(v) for v in values]
+        identities = [int(v) for v in values]
     except Exception:  # no dataset index in this batch: the prompt itself
-        pass
-    try:
-        rows = get(keys=keys, partition_id=batch.partition_id, select_fields=["prompts"])["prompts"]
-        return [np.asarray(row, dtype=np.int64).tobytes() for row in rows.unbind()]
-    except Exception:  # neither (another rollout path): no ledger
-        return None
+        try:
+            rows = get(keys=keys, partition_id=batch.partition_id, select_fields=["prompts"])
+            identities = [np.asarray(r, dtype=np.int64).tobytes() for r in rows["prompts"].unbind()]
+        except Exception:  # neither (another rollout path): no ledger
+            return None
+    if real_only:
+        return identities
+    real = iter(identities)
+    return [None if pad else next(real) for pad in padding]
 
 
 MASK_FIELDS = ["response_mask", "loss_mask"]
@@ -532,10 +545,10 @@ def _kappa_eff_of_batch(trainer: Any, batch: Any) -> dict[str, float]:
 
     The pairs come from the advantages the update used (verl's token advantages, back to
     one per response) and the uids; the pair rows, padded with filler rows of the batch
-    (verl's own padding rows first) to :func:`kappa_rows`, go through ``compute_log_prob``
-    as a ``select_keys`` sub-batch. When the batch has too few other rows for that, the
-    pass is skipped with a warning (it never is in verl's loop: the whole batch went
-    through the same ``compute_log_prob``, so it is itself such a multiple).
+    (verl's own padding rows first) to :func:`._hooks.log_prob_rows`, go through
+    ``compute_log_prob`` as a ``select_keys`` sub-batch. When the batch has too few other
+    rows for that, the pass is skipped with a warning (it never is in verl's loop: the whole
+    batch went through the same ``compute_log_prob``, so it is itself such a multiple).
     """
     import torch
 
@@ -566,7 +579,7 @@ def _kappa_eff_of_batch(trainer: Any, batch: Any) -> dict[str, float]:
     spare += [i for i in real if batch.keys[i] not in chosen]
     dp_size = data_parallel_size(trainer.actor_rollout_wg)
     micro_batch = log_prob_micro_batch_size(trainer.config.actor_rollout_ref)
-    needed = kappa_rows(len(keys), dp_size=dp_size, micro_batch_size=micro_batch) - len(keys)
+    needed = log_prob_rows(len(keys), dp_size=dp_size, micro_batch_size=micro_batch) - len(keys)
     if needed > len(spare):
         warnings.warn(
             f"advbudget: κ_eff skipped at step {trainer.global_steps}: {len(keys)} pair rows "
@@ -608,34 +621,3 @@ def _fetch_log_probs(batch: Any) -> dict[str, Any]:
             value = response_log_probs(value, data["response_mask"])
         out[field] = value.to_padded_tensor(0.0) if value.is_nested else value
     return out
-
-
-def kappa_rows(rows: int, *, dp_size: int, micro_batch_size: int | None = None) -> int:
-    """The size of the κ_eff sub-batch for ``rows`` pair rows: the least multiple of what
-    the actor's ``compute_log_prob`` accepts. verl splits the rows evenly over the
-    ``dp_size`` data-parallel ranks (``make_nd_compute_dataproto_dispatch_fn``); with
-    fixed micro-batches each rank's share must then be a multiple of its micro-batch size
-    (``verl/workers/engine/utils.py:125``), so the whole a multiple of
-    ``dp_size * micro_batch_size``; with dynamic micro-batches (``micro_batch_size``
-    ``None``) a multiple of ``dp_size``.
-
-    Examples:
-        >>> kappa_rows(6, dp_size=1, micro_batch_size=8), kappa_rows(6, dp_size=4)
-        (8, 8)
-        >>> kappa_rows(6, dp_size=2, micro_batch_size=2)  # not lcm(2, 2) = 2: 3 rows a rank
-        8
-    """
-    multiple = dp_size * (micro_batch_size or 1)
-    return -(-rows // multiple) * multiple
-
-
-def log_prob_micro_batch_size(actor_rollout_ref: Any) -> int | None:
-    """The micro-batch size per GPU of the actor's ``compute_log_prob``, ``None`` with
-    dynamic micro-batches. verl's engine worker takes them from the rollout config:
-    ``log_prob_use_dynamic_bsz`` (asserted equal to the actor's ``use_dynamic_bsz``) and
-    ``log_prob_micro_batch_size_per_gpu`` (``verl/workers/engine_workers.py:616-624``)."""
-    rollout = actor_rollout_ref.rollout
-    if bool(rollout.get("log_prob_use_dynamic_bsz", False)):
-        return None
-    size = rollout.get("log_prob_micro_batch_size_per_gpu")
-    return int(size) if size else None

@@ -152,8 +152,8 @@ SPO = Tracker(
             _number_or_rows(_unit),
             "forgetting factor in [0, 1], or one value per rollout (equal on a prompt's "
             "rollouts): SPO's KL-adaptive clip(2^(-D/0.06), 0.875, 0.96) from each "
-            "prompt's drift D (`advbudget.core.spo_rho`; the TRL, OpenRLHF, SkyRL and "
-            'tunix adapters measure it with rho="kl")',
+            "prompt's drift D (`advbudget.core.spo_rho`; every trainer's adapter measures "
+            'it with rho="kl")',
         ),
         "prior": Rule(
             _prior,

@@ -27,9 +27,10 @@ Six runs (module fixtures, ~1-2.5 min each on 2 cores) cover it all:
 - F: ``skipped_groups=resample`` with ``max_generation_batches=2``, the prompts in file
   order and dead ones chosen by answer: step 1 refills fewer prompts than a train batch,
   step 2 reaches the cap;
-- G: ``advbudget_rae`` (an estimator with memory) over the same 4 prompts every step
+- G: ``advbudget_spo`` (an estimator with memory) with ``rho=kl`` (each returning
+  prompt's kept response scored again by the actor) over the same 4 prompts every step
   (``data.train_max_samples=4``), 1 rank, fixed micro-batches of 8 (the pairs' 2-8 rows
-  must be 8), κ_eff every step, 2 steps, checkpoint at 2;
+  and the 4 kept responses must be 8), κ_eff every step, 2 steps, checkpoint at 2;
 - H: G resumed to step 3 with dynamic micro-batches and κ_eff every 3 steps: scored
   against the memory of steps 1-2, and κ_eff at step 3 only if the schedule reads the
   restored step.
@@ -52,6 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from advbudget.adapters.verl.testing import algorithm_config, make_batch
@@ -244,21 +246,22 @@ def run_f(base: Path) -> Run:
     )
 
 
-# G and H: one train batch of 4 prompts, again every epoch; rae's decay 0.5 (its default
-# 0.95 moves the baseline by 5 % of a step's mean).
+# G and H: one train batch of 4 prompts, again every epoch; spo forgets at the rate the
+# actor moved on each prompt (rho=kl: at the example's lr the bf16 weights do not move).
 MEMORY_OVERRIDES = (
-    "algorithm.adv_estimator=advbudget_rae",
-    "+algorithm.advbudget.decay=0.5",
+    "algorithm.adv_estimator=advbudget_spo",
+    "+algorithm.advbudget.rho=kl",
+    f"actor_rollout_ref.actor.optim.lr={LR}",
     "data.train_max_samples=4",
     "data.shuffle=False",  # the first 4: the same in every run (else a random 4 each)
     "trainer.save_freq=2",
 )
-MEMORY_RUN = "tiny-qwen3_v1_rae"
+MEMORY_RUN = "tiny-qwen3_v1_spo"
 
 
 @pytest.fixture(scope="module")
 def run_g(base: Path) -> Run:
-    """V1, advbudget_rae over the same 4 prompts each step, 1 rank, fixed micro-batches,
+    """V1, advbudget_spo (rho=kl) over the same 4 prompts each step, 1 rank, fixed micro-batches,
     κ_eff every step, 2 steps, checkpoint at 2."""
     return run_example(
         base, "g", *MEMORY_OVERRIDES, *FIXED_MICRO_BATCHES, RUN_NAME=MEMORY_RUN,
@@ -414,22 +417,48 @@ def test_f_resample_in_the_real_loop(run_f: Run, base: Path) -> None:
 
 
 def test_g_h_memory_resumes_as_an_uninterrupted_run(run_g: Run, run_h: Run, base: Path) -> None:
-    """Each step's rae advantages are the core's on one state fed the run's rows (the
-    trainer lends each row's prompt to the estimator verl calls), and the resumed step 3
-    is scored against the memory of steps 1-2, read back from the checkpoint's
-    ``advbudget_memory.json``, as an uninterrupted run would score it."""
+    """Each step's spo advantages are the core's on one state fed the run's rows with the
+    ρ the trainer measured (it lends each row's prompt and ρ to the estimator verl calls),
+    and the resumed step 3 is scored against the memory of steps 1-2, read back from the
+    checkpoint's ``advbudget_memory.json``, as an uninterrupted run would score it."""
     from advbudget.testing import assert_memory_replays
 
     run_h.check()
     assert sorted(run_g.steps) == [1, 2], run_g.tail()
     assert sorted(run_h.steps) == [3], run_h.tail()
     saved = base / "checkpoints" / MEMORY_RUN / "global_step_2" / "advbudget_memory.json"
-    assert json.loads(saved.read_text())["estimator_state"]["estimator"] == "rae"
+    assert json.loads(saved.read_text())["estimator_state"]["estimator"] == "spo"
     calls = [*run_g.probe, *run_h.probe]
-    assert [call["estimator"] for call in calls] == ["advbudget_rae"] * 3, calls
+    assert [call["estimator"] for call in calls] == ["advbudget_spo"] * 3, calls
     assert len(set(calls[0]["prompt_ids"])) == 4  # the same 4 prompts every step
     assert set(calls[2]["prompt_ids"]) == set(calls[0]["prompt_ids"])
-    assert_memory_replays(calls, "rae", rtol=1e-5, atol=1e-5, decay=0.5)
+    assert_memory_replays(calls, "spo", rtol=1e-5, atol=1e-5)
+
+
+def test_g_h_spo_forgets_at_the_rate_the_actor_moved(run_g: Run, run_h: Run) -> None:
+    """rho=kl: step 1 meets its 4 prompts first (ρ 0.96, SPO's ceiling); at step 2 each
+    prompt's step-1 response is scored again by the actor one update later: a drift D > 0
+    but far below a nat (a response compared with another's tokens, or prompt tokens with
+    response ones, would drift by nats), ρ = clip(2^(-D/0.06), 0.875, 0.96), the logged ρ
+    mean that of the ρ spo was given. The kept responses live in memory only, as SPO's
+    reference keeps them: the resumed step 3 meets its prompts first again."""
+    from advbudget.core import spo_rho
+
+    run_h.check()
+    first, second, third = run_g.steps[1], run_g.steps[2], run_h.steps[3]
+    for metrics in (first, third):
+        assert metrics["advbudget/spo_first_seen_fraction"] == 1, metrics
+        assert metrics["advbudget/spo_rho_mean"] == pytest.approx(0.96), metrics
+        assert metrics["advbudget/spo_drift_mean"] == 0, metrics
+    assert second["advbudget/spo_first_seen_fraction"] == 0, second
+    assert 0 < second["advbudget/spo_drift_mean"] < 0.5, second
+    calls = [*run_g.probe, *run_h.probe]
+    for call, metrics in zip(calls, (first, second, third), strict=True):
+        by_prompt = dict(zip(call["prompt_ids"], call["rho"], strict=True))
+        assert len(by_prompt) == 4  # one ρ a prompt (spo refuses another)
+        assert np.mean(list(by_prompt.values())) == pytest.approx(metrics["advbudget/spo_rho_mean"])
+    lowest = float(spo_rho(np.array([second["advbudget/spo_drift_mean"]]))[0])
+    assert min(calls[1]["rho"]) <= lowest + 1e-12  # some prompt drifted at least the mean
 
 
 def test_g_logs_kappa_eff_every_step_with_fixed_micro_batches_on_one_rank(run_g: Run) -> None:

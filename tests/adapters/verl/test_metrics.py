@@ -541,11 +541,21 @@ def test_trainer_keeps_the_prompt_ledger_across_a_checkpoint(
     assert after["advbudget/recurring_prompts"] == 0  # without the resume: a new ledger
 
 
-def test_rho_kl_is_refused_in_verl_with_the_reason() -> None:
-    """spo's rho=kl needs past responses scored again, which verl's adapter does not do:
-    refused in one line naming the key, while a number is an ordinary option."""
-    from advbudget.adapters.verl._options import read_options
+def test_rho_kl_is_spos_alone_in_verl() -> None:
+    """spo's rho=kl is read (the trainer modes measure it: test_forgetting.py) and refused
+    with any other estimator, ours or verl's own, in one line naming the key, as the
+    trainer checks it before any model loads; a number is an ordinary option."""
+    from advbudget.adapters._features import check_memory
+    from advbudget.adapters.verl._options import key_of, read_options
+    from advbudget.adapters.verl._trainer import _described_spec
 
-    with pytest.raises(ValueError, match=r"^algorithm\.advbudget\.rho: 'kl' is not available"):
-        read_options(algorithm_config("spo", rho="kl"))
+    kl = read_options(algorithm_config("advbudget_spo", rho="kl"))
+    assert kl.kl_rho
+    assert "rho" not in kl.estimator_options  # measured each step, not a constant
+    check_memory(_described_spec(algorithm_config("advbudget_spo")), kl, key_of)
+    for estimator, what in (("advbudget_rae", "estimator 'rae'"), ("gae", "verl's own")):
+        with pytest.raises(
+            ValueError, match=rf"^algorithm\.advbudget\.rho: 'kl' is spo's .*{what}"
+        ):
+            check_memory(_described_spec(algorithm_config(estimator)), kl, key_of)
     assert read_options(algorithm_config("spo", rho=0.9)).estimator_options["rho"] == 0.9

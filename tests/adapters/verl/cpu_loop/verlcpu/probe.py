@@ -4,9 +4,10 @@ computed the advantage in, to ``$VERLCPU_PROBE_FILE``. Each line has every row's
 sequence reward, the least and largest advantage over its response tokens (mask 1), its
 token count and its assistant turns (runs of mask 1), and, under verl's V1 multi-output
 advantage step, the batch's keys (read here from verl's frame, not through advbudget); for
-an estimator with memory also each row's prompt key (as lent by the trainer) and mean
-advantage, for a replay; under verl's async trainers each row's weights label and the
-trainer's own labels (read here from the trainer itself). Without that variable: nothing."""
+an estimator with memory also each row's prompt key (as lent by the trainer), mean
+advantage and (spo's rho=kl) ρ, for a replay; under verl's async trainers each row's
+weights label and the trainer's own labels (read here from the trainer itself). Without
+that variable: nothing."""
 
 from __future__ import annotations
 
@@ -84,7 +85,9 @@ def _memory_call(rewards: Any, mask: Any, result: Any) -> dict[str, Any]:
     if lent is None:
         return {}
     advantages = (result[0] * mask).sum(-1) / mask.sum(-1).clamp(min=1)
-    return {"prompt_ids": [prompt_key(p) for p in lent], "advantages": advantages.tolist()}
+    record = {"prompt_ids": [prompt_key(p) for p in lent], "advantages": advantages.tolist()}
+    rho = _features.lent_rho()  # spo's ρ per row under rho=kl
+    return record if rho is None else {**record, "rho": rho.tolist()}
 
 
 def _async_call() -> dict[str, Any]:
