@@ -232,7 +232,7 @@ def timings_by_size(
                     r["name"],
                     f"{r['n']:,}",
                     f"{r['ratio']:.2f}",
-                    r["target"],
+                    r["target"] or "-",  # a ratio reported without a bound
                     verdict(r["meets_target"]),
                 )
                 for r in ratios

@@ -28,6 +28,27 @@ TARGET_N = 1_048_576
 BOUND = 1.3
 
 
+class HandMemory:
+    """rae's memory as plain numpy would keep it, the least it takes: the remembered keys
+    sorted with their baselines, found by ``searchsorted``, the call's keys by
+    ``np.unique``, the means by ``bincount`` (no checks, no new prompts: a steady step).
+    What any exact per-prompt memory pays beyond remax's subtraction."""
+
+    def __init__(self, prompts: np.ndarray, decay: float = 0.95) -> None:
+        self.keys = np.unique(prompts)
+        self.baselines = np.zeros(len(self.keys))
+        self.decay = decay
+
+    def __call__(self, rewards: np.ndarray, prompts: np.ndarray) -> np.ndarray:
+        unique, inverse = np.unique(prompts, return_inverse=True)
+        where = np.searchsorted(self.keys, unique)
+        before = self.baselines[where]
+        advantages = rewards - before[inverse]
+        mean = np.bincount(inverse, rewards) / np.bincount(inverse)
+        self.baselines[where] = self.decay * before + (1 - self.decay) * mean
+        return advantages
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = size_arguments(
         __doc__.splitlines()[0], "state", sizes=(65_536, TARGET_N), multiple_of=G, repeats=10
@@ -65,15 +86,35 @@ def main(argv: Sequence[str] | None = None) -> int:
                 paths[f"{name}{label}"] = lambda r=r, p=p, name=name, state=state: (
                     compute_advantages(r, name, group_size=1, prompt_ids=p, state=state)
                 )
+                if name == "rae":  # the same memory by hand, on the same rows
+                    hand = HandMemory(p)
+                    twin = EstimatorState()
+                    for _ in range(2):
+                        want = compute_advantages(r, name, group_size=1, prompt_ids=p, state=twin)
+                        if not np.allclose(hand(r, p), want.advantages, atol=1e-12):
+                            problems.append(f"rae by hand{label} at N={n}: not rae")
+                    paths[f"rae by hand{label}"] = lambda r=r, p=p, hand=hand: hand(r, p)
         results += [size_row(n, path, run, args.repeats) for path, run in paths.items()]
-    targets = [
-        Target(f"{path} / remax", path, "remax (baseline given)", BOUND)
-        for path in ("rae", "spo", "rae, shuffled", "spo, shuffled")
-    ]
+    targets = (
+        [
+            Target(f"{path} / remax", path, "remax (baseline given)", BOUND)
+            for path in ("rae", "spo", "rae, shuffled", "spo, shuffled")
+        ]
+        + [
+            Target(f"{path} / remax", path, "remax (baseline given)")
+            for path in ("rae by hand", "rae by hand, shuffled")
+        ]
+        + [
+            Target(f"rae{label} / rae by hand{label}", f"rae{label}", f"rae by hand{label}")
+            for label in ("", ", shuffled")
+        ]
+    )
     intro = (
         f"numpy, 0/1 rewards, one int prompt id per group of G = {G} (side by side, or "
         "shuffled), every prompt remembered; median of the timed calls, each of which "
-        "updates the state (`python benchmarks/state.py`)."
+        "updates the state; `rae by hand`: the same memory in plain numpy, the least an "
+        "exact per-prompt memory takes (sorted keys, `np.unique`, `searchsorted`, "
+        "`bincount`; no checks) (`python benchmarks/state.py`)."
     )
     return write_size_report(
         args.output,

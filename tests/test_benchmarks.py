@@ -46,11 +46,15 @@ def test_state_benchmark_runs_and_agrees(tmp_path):
     output = tmp_path / "state.json"
     payload = run_benchmark("state", output, "--sizes", "4096", "--repeats", "1")
     assert payload["problems"] == []  # rae's advantages == r - the remembered baseline
-    assert {r["name"] for r in payload["ratios"]} == {
+    assert {r["name"] for r in payload["ratios"]} == {  # the hand memory == rae, too
         "rae / remax",
         "spo / remax",
         "rae, shuffled / remax",
         "spo, shuffled / remax",
+        "rae by hand / remax",
+        "rae by hand, shuffled / remax",
+        "rae / rae by hand",
+        "rae, shuffled / rae by hand, shuffled",
     }
 
 

@@ -317,13 +317,18 @@ def start_call(
 def _by_prompt(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``np.unique(keys, return_index=True, return_inverse=True)``, over the runs of equal
     adjacent keys: a batch holds each prompt's rollouts side by side, so this sorts one
-    key per run (per group), not one per rollout."""
+    key per run (per group), not one per rollout. The first run of each key comes from a
+    ``minimum.at`` over the runs: ``return_index`` would make numpy sort stably, ~4x the
+    sort (88 ms against 25 at 1M shuffled keys)."""
     if not len(keys):
         return keys, np.zeros(0, np.int64), np.zeros(0, np.int64)
     starts = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]]))
-    unique, first_run, run_inverse = np.unique(keys[starts], return_index=True, return_inverse=True)
+    unique, run_inverse = np.unique(keys[starts], return_inverse=True)
+    run_inverse = run_inverse.reshape(-1)
+    first_run = np.full(len(unique), len(starts), dtype=np.intp)
+    np.minimum.at(first_run, run_inverse, np.arange(len(starts)))
     run_of_row = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(keys))))
-    return unique, starts[first_run], run_inverse.reshape(-1)[run_of_row]
+    return unique, starts[first_run], run_inverse[run_of_row]
 
 
 def prompt_keys(prompt_ids: Any, n: int) -> np.ndarray:

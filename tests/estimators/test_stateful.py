@@ -299,3 +299,20 @@ def test_assert_memory_replays_sees_a_lost_memory() -> None:
         assert_memory_replays(run([lost, lost, EstimatorState()]), "rae", decay=0.5)
     with pytest.raises(AssertionError, match="cannot tell a memory kept from one lost"):
         assert_memory_replays(run([EstimatorState()]), "rae", decay=0.5)  # one call only
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(-3, 5), max_size=40), st.integers(1, 4))
+def test_rollouts_by_prompt_are_numpys_unique(ids: list[int], repeat: int) -> None:
+    """The call's prompts, their first rollout and each rollout's prompt (``_by_prompt``,
+    which sorts one key per run of equal adjacent keys and finds first runs without a
+    stable sort) are ``np.unique(..., return_index=True, return_inverse=True)``'s, with
+    rollouts side by side (runs) or apart."""
+    from advbudget.core._state import _by_prompt
+
+    keys = np.repeat(np.array(ids, dtype=np.int64), repeat)
+    for order in (keys, keys[::-1], np.random.default_rng(len(ids)).permutation(keys)):
+        unique, first, inverse = _by_prompt(order)
+        want = np.unique(order, return_index=True, return_inverse=True)
+        for got, expected in zip((unique, first, inverse), want, strict=True):
+            np.testing.assert_array_equal(got, expected.reshape(-1))
