@@ -99,7 +99,7 @@ def validate(flat: argparse.Namespace) -> None:
     estimator = getattr(flat, "algo.advantage.estimator", None)
     _validate_skipped_groups(flat, options, estimator is not None and is_ours(estimator))
     if estimator is None or not is_ours(estimator):
-        try:  # OpenRLHF's own estimator takes none of ours that need one of ours
+        try:  # OpenRLHF's own estimator: refuse what only one of ours takes (rho=kl)
             check_memory(None, options, key_of)
         except ValueError as error:
             raise SystemExit(f"advbudget: {error}") from None

@@ -6,8 +6,9 @@ each prompt of the step keeps its last response with its ``old_log_probs``: the 
 sample as TransferQueue held it, since verl clears a step's rows when the step ends
 (``trainer_base.py:511``). When the prompt comes back, its kept sample is put again under
 a key of its own in a partition of its own (an async trainer's sampler reads ``train``),
-padded with copies to what the actor's ``compute_log_prob`` accepts (:func:`._hooks.log_prob_rows`),
-scored by the actor as it is now, read back and cleared. verl's own rows are not touched.
+padded with copies to what the actor's ``compute_log_prob`` accepts
+(:func:`._hooks.log_prob_rows`), scored by the actor as it is now, read back and cleared.
+verl's own rows are not touched.
 """
 
 from __future__ import annotations
