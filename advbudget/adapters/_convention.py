@@ -110,6 +110,20 @@ class Convention:
             )
         return known[name]
 
+    def spec_of(self, name: str) -> EstimatorSpec | None:
+        """The core spec behind framework name ``name``; None for a name that is not one of
+        ours (the framework's own estimator).
+
+        Examples:
+            >>> from advbudget.adapters import get_convention
+            >>> get_convention("tunix").spec_of("advbudget_spo").name
+            'spo'
+            >>> get_convention("tunix").spec_of("grpo") is None
+            True
+        """
+        core = self.names().get(name)
+        return None if core is None else get_spec(core)
+
     def is_mirror(self, estimator: str | EstimatorSpec | Estimator) -> bool:
         """Whether the framework computes ``estimator`` itself."""
         spec = as_spec(estimator)

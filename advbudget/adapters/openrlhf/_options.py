@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from advbudget.core import get_spec
-
 from .._features import check_memory
 from .._options import UNSET, AdapterOptions
 from ._convention import OPENRLHF
@@ -63,7 +61,6 @@ def options_of(holder: Any, args: Any) -> AdapterOptions:
     if options is None:
         options = read_options(args)
         name = getattr(getattr(getattr(args, "algo", None), "advantage", None), "estimator", "")
-        ours = name in OPENRLHF.names()  # else OpenRLHF's own estimator: spec None
-        check_memory(get_spec(OPENRLHF.core_name(name)) if ours else None, options, key_of)
+        check_memory(OPENRLHF.spec_of(name), options, key_of)
         setattr(holder, _OPTIONS_ATTR, options)
     return options

@@ -60,7 +60,7 @@ from skyrl.train.utils.callbacks import CallbackInput, TrainingCallback, Trainin
 from skyrl.train.utils.trainer_utils import filter_generator_output
 from skyrl.train.utils.utils import initialize_ray, validate_cfg
 
-from advbudget.core import compute_advantages, get_spec
+from advbudget.core import compute_advantages
 from advbudget.core._arrays import to_host
 from advbudget.metrics import kappa_eff_of_pairs, kappa_metric_dict, sequence_logprobs
 
@@ -125,15 +125,13 @@ def check_run(cfg: Any) -> AdapterOptions:
     algorithm = cfg.trainer.algorithm
     options = read_options(algorithm)
     name = algorithm.advantage_estimator
-    if name in SKYRL.names():
-        spec = get_spec(SKYRL.core_name(name))
+    spec = SKYRL.spec_of(name)  # None: SkyRL's own estimator
+    if spec is not None:
         SKYRL.check_rewards(spec, name)
         check_inputs(name, spec)
         if cfg.generator.step_wise_trajectories:
             check_step_wise_inputs(name, spec)
-        check_memory(spec, options, key_of)
-    else:
-        check_memory(None, options, key_of)  # SkyRL's own estimator
+    check_memory(spec, options, key_of)
     if options.kl_rho and cfg.generator.step_wise_trajectories:
         raise ValueError(
             f"{key_of('rho')}: 'kl' is not built for step-wise trajectories (a trajectory's "

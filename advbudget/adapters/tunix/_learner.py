@@ -17,7 +17,6 @@ from tunix.rl.grpo import (  # type: ignore[import-not-found, unused-ignore]
 )
 from tunix.rl.grpo.grpo_learner import GRPOLearner  # type: ignore[import-not-found, unused-ignore]
 
-from advbudget.core import get_spec
 from advbudget.metrics import PromptLedger
 
 from .._features import (
@@ -142,8 +141,7 @@ class AdvBudgetGRPOLearner(LearnerHooks, GRPOLearner):  # type: ignore[misc, unu
                 f"skipped_groups: 'drop' needs an advbudget estimator (advbudget_<name> or "
                 f"reward_budget) as advantage_estimator, got {name!r}"
             )
-        spec = get_spec(TUNIX.core_name(name)) if name in TUNIX.names() else None
-        check_memory(spec, self.advbudget_options, key_of)  # None: tunix's own estimator
+        check_memory(TUNIX.spec_of(name), self.advbudget_options, key_of)
         trainer = self.rl_cluster.actor_trainer
         self._kappa: KappaTracker | None = None
         if self.advbudget_options.kappa_every:

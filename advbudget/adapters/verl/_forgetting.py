@@ -94,8 +94,8 @@ def rescore(trainer: Any, samples: list[KeptSample]) -> list[np.ndarray]:
     forwarded = tq.kv_batch_put(
         keys=keys,
         partition_id=RESCORE_PARTITION,
-        fields=list_of_dict_to_tensordict([copy.deepcopy(s.fields) for s in padded]),
-        tags=[copy.deepcopy(s.tag) for s in padded],
+        fields=list_of_dict_to_tensordict([s.fields for s in padded]),
+        tags=[s.tag for s in padded],
     )
     try:
         forwarded.extra_info.update(

@@ -439,7 +439,7 @@ class TrainerHooks:
             super()._setup()  # type: ignore[misc]
 
     def _compute_advantage(self, batch: Any, metrics: dict[str, Any]) -> Any:
-        with self.advantage_context(batch):  # type: ignore[attr-defined]
+        with self.advantage_context(batch, metrics):  # type: ignore[attr-defined]
             batch = super()._compute_advantage(batch, metrics=metrics)  # type: ignore[misc]
         return self.after_advantage(batch, metrics)  # type: ignore[attr-defined]
 

@@ -134,7 +134,6 @@ def _make_trainer(base: type, base_mode: str) -> type:
         _advbudget_skipped_groups = "keep"
         _advbudget_dropped: list[Any] = []  # noqa: RUF012 (replaced, never mutated)
         _advbudget_memory: RunMemory | None = None
-        _advbudget_forgetting: dict[str, float] = {}  # noqa: RUF012 (replaced, never mutated)
 
         def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
             from omegaconf import open_dict
@@ -172,8 +171,6 @@ def _make_trainer(base: type, base_mode: str) -> type:
 
         def after_advantage(self, batch: Any, metrics: dict[str, Any]) -> Any:
             """After verl's advantage step: our metrics, the ledger, drop's rows."""
-            metrics.update(self._advbudget_forgetting)  # spo's rho=kl: its drift and ρ
-            self._advbudget_forgetting = {}
             result = self._step_result(batch)
             infos = _reward_extra_info(batch)
             if result is not None:
@@ -189,10 +186,11 @@ def _make_trainer(base: type, base_mode: str) -> type:
             return batch
 
         @contextlib.contextmanager
-        def advantage_context(self, batch: Any) -> Iterator[None]:
+        def advantage_context(self, batch: Any, metrics: dict[str, Any]) -> Iterator[None]:
             """Around verl's advantage step: an estimator with memory gets the run's memory
             and each row's prompt (:func:`~advbudget.adapters._features.lend_memory`), and
-            spo with ``rho=kl`` each row's ρ (:mod:`._forgetting`); nothing for the others."""
+            spo with ``rho=kl`` each row's ρ (:mod:`._forgetting`; its drift and ρ into
+            ``metrics``); nothing for the others."""
             if not _remembers(self.config.algorithm):
                 yield
                 return
@@ -200,7 +198,8 @@ def _make_trainer(base: type, base_mode: str) -> type:
             rho = None
             if self.advbudget_options.kl_rho and identities:
                 kept = self._memory().last_responses
-                rho, self._advbudget_forgetting = forgetting(self, batch, kept, identities)
+                rho, measured = forgetting(self, batch, kept, identities)
+                metrics.update(measured)
             with lend_memory(self._memory(), identities, rho=rho):
                 yield
 
