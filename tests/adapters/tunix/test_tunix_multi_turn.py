@@ -215,11 +215,13 @@ def test_multi_turn_trajectories_train_as_one_row_with_the_core_advantage(
         zip(scored, calls, trained, strict=True)
     ):
         rows = PROMPTS * G
-        # one row per trajectory; a group is one prompt's G trajectories, adjacent
+        # one row per trajectory; a group is one prompt's G trajectories, adjacent, in the
+        # order tunix's orchestrator finished them (not the prompts' order)
         assert len(trajectories) == rows
         groups = [t.traj["group_id"] for t in trajectories]
-        assert groups == [g for g in sorted(set(groups)) for _ in range(G)]
-        assert groups[0] == step * PROMPTS  # tunix numbers the prompts of a run
+        assert groups == [g for g in groups[::G] for _ in range(G)]
+        # tunix numbers the prompts of a run
+        assert sorted(groups[::G]) == list(range(step * PROMPTS, (step + 1) * PROMPTS))
         assert num_generations == G
         mask = np.asarray(example.completion_mask)
         ids = np.asarray(example.completion_ids)
