@@ -105,6 +105,11 @@ def test_prompt_key_is_blake2b_of_the_text_and_json_of_messages() -> None:
     assert prompt_key(chat) == prompt_key([{"content": "2+2?", "role": "user"}])
     assert prompt_key(chat) != prompt_key("2+2?")
     assert prompt_key(5) == 5
+    # a numpy index is the same int (a list of them is what a numpy column iterates to)
+    assert prompt_key(np.int64(5)) == prompt_key(np.uint8(5)) == 5
+    assert type(prompt_key(np.int32(5))) is int
+    with pytest.raises(TypeError, match=r"^prompt: expected .* got a bool$"):
+        prompt_key(np.True_)
     assert 0 <= prompt_key("x" * 1_000_000) < 2**63
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,19 +31,22 @@ _VERSION = 1
 
 
 def prompt_key(prompt: Any) -> int:
-    """A stable 63-bit identity of a prompt: an int is taken as it is (a dataset index);
-    a string, or any JSON value (a chat's list of messages), is hashed with BLAKE2b, in
-    time linear in its length, the same in every process and every run (unlike ``hash``).
+    """A stable 63-bit identity of a prompt: an int (Python's or numpy's: a dataset index)
+    is taken as it is; a string, or any JSON value (a chat's list of messages), is hashed
+    with BLAKE2b, in time linear in its length, the same in every process and every run
+    (unlike ``hash``).
 
     Examples:
         >>> from advbudget.metrics import prompt_key
         >>> prompt_key(17), prompt_key("What is 1+1?") == prompt_key("What is 1+1?")
         (17, True)
+        >>> prompt_key(np.int64(17))  # an index read from a numpy column
+        17
     """
-    if isinstance(prompt, bool):
+    if isinstance(prompt, (bool, np.bool_)):
         raise TypeError("prompt: expected an int index, a string or a JSON value, got a bool")
-    if isinstance(prompt, int):
-        return prompt
+    if isinstance(prompt, numbers.Integral):
+        return int(prompt)
     if isinstance(prompt, bytes):
         data = prompt
     elif isinstance(prompt, str):

@@ -244,7 +244,10 @@ def test_errors_name_the_argument() -> None:
         compute_advantages(r, "rae", group_size=1, state={}, prompt_ids=["a", "b"])
     with pytest.raises(TypeError, match=r"^prompt_ids: expected a list or a 1-D array"):
         compute_advantages(r, "rae", group_size=1, state=EstimatorState(), prompt_ids="ab")
-    with pytest.raises(ValueError, match=r"^rewards: estimator 'spo' counts successes"):
+    with pytest.raises(
+        ValueError,
+        match=r"^rewards: estimator 'spo' counts successes.*got 2\.0 \(1 of 2 rewards outside\)$",
+    ):
         spo([1.0, 2.0], ["a", "b"], EstimatorState())
     with pytest.raises(ValueError, match=r"^prior: expected \(alpha0, beta0\)"):
         spo([1.0], ["a"], EstimatorState(), prior=0.5)

@@ -69,7 +69,7 @@ def _spo_check(batch: PromptBatch, options: Mapping[str, Any]) -> None:
     if outside.any():
         raise ValueError(
             f"rewards: estimator 'spo' counts successes and expects rewards in [0, 1], got "
-            f"{r[np.argmax(outside)]!r} ({int(outside.sum())} of {r.size} rewards outside)"
+            f"{float(r[np.argmax(outside)])!r} ({int(outside.sum())} of {r.size} rewards outside)"
         )
 
 
