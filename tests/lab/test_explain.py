@@ -83,6 +83,29 @@ def test_explain_shows_a_weighted_table() -> None:
     assert "expected one of grpo_lead, dqw, got 'lead'" in bad.output
 
 
+def test_explain_shows_an_estimator_beside_its_weighted_self() -> None:
+    from advbudget.theory import implied_slope
+
+    result = CliRunner().invoke(
+        app, ["explain", "-G", "4", "--estimators", "grpo,grpo+grpo_lead,budget+dqw"]
+    )
+    assert result.exit_code == 0, result.output
+    # k = 1: GRPO's +1.5 / -0.5, and weighted by w(1/4) and w(3/4), in one table
+    assert "│ 1 │ +1.5000 -0.5000 │ +2.2390 -0.4750 │" in result.output
+    # the slopes are the weighted estimator's (p = 0.5 is a row of the slope table)
+    weighted = implied_slope("grpo", 4, [0.5], group_weight="grpo_lead")[0]
+    plain = implied_slope("grpo", 4, [0.5])[0]
+    assert f"│  0.5 │ {plain:.4f} │ {weighted:>14.4f} │" in result.output
+    text = " ".join(result.output.split())
+    assert "dqw weighs each group against the others of its batch" in text
+    assert "grpo_lead multiplies every advantage" in text
+    both = CliRunner().invoke(
+        app, ["explain", "--estimators", "grpo+dqw", "--group-weight", "grpo_lead"]
+    )
+    assert both.exit_code == 2
+    assert "grpo+dqw carries its own weight" in " ".join(both.output.split())
+
+
 def test_the_lab_trains_with_a_weighted_estimator() -> None:
     """The same seed with and without the weight: identical rollouts at step 1, different
     updates (the weight reaches the advantages), and the same accuracy at step 0."""
@@ -105,6 +128,4 @@ def test_the_command_line_and_the_lm_config_take_weighted_names() -> None:
         parse_estimators("grpo+lead")
     with pytest.raises(typer.BadParameter, match="nope"):
         parse_estimators("nope+dqw")
-    with pytest.raises(typer.BadParameter, match="given with --group-weight"):
-        parse_estimators("grpo+dqw", weighted=False)
     assert LMConfig(estimators=("grpo", "grpo+grpo_lead")).estimators[1] == "grpo+grpo_lead"

@@ -21,9 +21,9 @@ No module outside this package imports it, and none imports typer (rich only for
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import numpy as np
 import typer
@@ -32,7 +32,7 @@ from rich.table import Table
 
 from advbudget import theory
 from advbudget.core import estimator_names, get_spec
-from advbudget.core._weights import GROUP_WEIGHTS
+from advbudget.core._weights import GROUP_WEIGHTS, split_weighted
 
 from .._hints import missing_dependency
 from ._compare import compare_command
@@ -125,7 +125,7 @@ def explain(
         str | None,
         typer.Option(
             help="A difficulty weight on every estimator: grpo_lead (per group) or dqw (over "
-            "the batch of the G + 1 groups k = 0..G)."
+            "the batch of the G + 1 groups k = 0..G). One estimator's own: grpo+grpo_lead."
         ),
     ] = None,
 ) -> None:
@@ -134,22 +134,25 @@ def explain(
     For k = 0..G correct rollouts, the advantage of a correct and of a wrong rollout;
     then the exact expected update slope dJ/dp over the success probability p (docs:
     Method and theory): budgeting's equals f'_{G-1}(p), Dr's is flat, GRPO's is U-shaped.
+    A name may carry a difficulty weight (grpo,grpo+grpo_lead: side by side).
     """
     names = parse_estimators(
         estimators,
-        weighted=False,
         rewards_only="explain shows estimators of the reward alone (in Python: "
         "advbudget.theory.implied_slope(name, G, p, <input>=...))",
         memory="its advantage for k of G depends on the prompt's history, which explain "
         "does not have",
     )
+    if group_weight is not None:
+        _group_weight(group_weight)
+    columns = {name: _column(name, group_weight) for name in names}
     if plot is not None:
         _check_plot(plot)
     console = Console()
-    weighting: dict[str, Any] = {}
-    if group_weight is not None:
-        weighting["group_weight"] = _group_weight(group_weight)
-    tables = {name: theory.binary_advantages(name, group_size, **weighting) for name in names}
+    tables = {
+        name: theory.binary_advantages(base, group_size, **options)
+        for name, (base, options) in columns.items()
+    }
     weighted = f", weight {group_weight}" if group_weight else ""
 
     def advantage_table(chosen: list[str]) -> Table:
@@ -166,7 +169,12 @@ def explain(
         return table
 
     p = np.array(SLOPE_POINTS)
-    slopes = {name: theory.implied_slope(name, group_size, p, **weighting) for name in names}
+
+    def slope(name: str, points: np.ndarray) -> np.ndarray:
+        base, options = columns[name]
+        return theory.implied_slope(base, group_size, points, **options)
+
+    slopes = {name: slope(name, p) for name in names}
     reference = theory.objective_slope(p, group_size)
 
     def slope_table(chosen: list[str]) -> Table:
@@ -190,23 +198,24 @@ def explain(
         "Budgeting's slope is f'_{G-1}(p): strong on hard prompts (small p), weak on easy "
         "ones. Dr's is constant; GRPO's rises again as p -> 1."
     )
-    if group_weight == "dqw":
+    used = {options.get("group_weight") for _, options in columns.values()}
+    if "dqw" in used:
         console.print(
             "dqw weighs each group against the others of its batch: here the batch of the "
             f"{group_size + 1} groups k = 0..{group_size}; in training the weights follow "
             "each batch's mix of difficulties."
         )
-    elif group_weight:
+    if "grpo_lead" in used:
         console.print(
-            f"{group_weight} multiplies every advantage of a group by a weight of its solved "
+            "grpo_lead multiplies every advantage of a group by a weight of its solved "
             "share k/G (a positive one by w(k/G), a negative one by w(1 - k/G)): the slopes "
-            "above include it, so budgeting's is no longer f'_{G-1}(p)."
+            "above include it, so a weighted budgeting's is no longer f'_{G-1}(p)."
         )
     for name, note in _NOTES.items():
-        if any(get_spec(n).name == name for n in names):
+        if any(get_spec(base).name == name for base, _ in columns.values()):
             console.print(note.format(G=group_size))
     if plot is not None:
-        _plot(plot, group_size, names, tables)
+        _plot(plot, group_size, names, tables, slope)
         console.print(f"Figure written to [bold]{plot}[/bold]")
 
 
@@ -224,6 +233,20 @@ _NOTES = {
         "as p -> 1 and at k = G."
     ),
 }
+
+
+def _column(name: str, group_weight: str | None) -> tuple[str, dict[str, str]]:
+    """An ``--estimators`` column: its base estimator, and its weight as options (its own,
+    ``grpo+grpo_lead``, or ``--group-weight``'s; both at once is refused)."""
+    base, own = split_weighted(name)
+    if own is not None and group_weight is not None:
+        raise typer.BadParameter(
+            f"{name} carries its own weight; --group-weight {group_weight} weighs every "
+            f"estimator: give one or the other",
+            param_hint="--group-weight",
+        )
+    weight = own or group_weight
+    return base, {} if weight is None else {"group_weight": weight}
 
 
 def _group_weight(name: str) -> str:
@@ -259,6 +282,7 @@ def _plot(
     group_size: int,
     names: Sequence[str],
     tables: dict[str, tuple[np.ndarray, np.ndarray]],
+    slope: Callable[[str, np.ndarray], np.ndarray],
 ) -> None:
     try:
         import matplotlib
@@ -274,7 +298,7 @@ def _plot(
         correct, wrong = tables[name]
         (line,) = left.plot(k, correct, marker="o", label=f"{name} (correct)")
         left.plot(k, wrong, marker="x", linestyle="--", color=line.get_color())
-        right.plot(p, theory.implied_slope(name, group_size, p), label=name)
+        right.plot(p, slope(name, p), label=name)  # weighted where the column is
     right.plot(
         p,
         theory.objective_slope(p, group_size),

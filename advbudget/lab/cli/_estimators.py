@@ -16,27 +16,21 @@ def parse_estimators(
     *,
     rewards_only: str | None = None,
     option: str = "--estimators",
-    weighted: bool = True,
     memory: str | None = None,
 ) -> tuple[str, ...]:
     """The names of ``text`` (comma-separated; names and aliases of the catalogue, plugins
     included). Unknown names, an empty list and, when ``rewards_only`` (why the command
     needs it) is given, estimators that need per-rollout inputs beside the reward or
     several rewards per rollout (gdpo) fail with typer's usage error naming ``option``
-    and the offending names. A name may carry a difficulty weight, ``grpo+grpo_lead``
-    (``weighted=False``: refused, for a command with its own ``--group-weight``)."""
+    and the offending names. A name may carry a difficulty weight, ``grpo+grpo_lead``."""
     names = tuple(name.strip() for name in text.split(",") if name.strip())
     bases = {}
     for name in names:
         try:
-            base, weight = split_weighted(name)
+            base, _ = split_weighted(name)
         except ValueError as error:
             message = str(error).removeprefix("estimator: ")
             raise typer.BadParameter(message, param_hint=option) from None
-        if weight is not None and not weighted:
-            raise typer.BadParameter(
-                f"{name}: a weight is given with --group-weight here", param_hint=option
-            )
         bases[name] = base
     unknown = [name for name, base in bases.items() if base not in all_names()]
     if unknown or not names:

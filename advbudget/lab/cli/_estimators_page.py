@@ -123,7 +123,8 @@ def _weights_section() -> list[str]:
         "",
         'A name takes options as a mapping: `{"name": "grpo_lead", "steepness": 12}`. '
         f"GRPO-LEAD's multipliers for k of G = {g} correct (`advbudget explain "
-        "--group-weight grpo_lead` shows the weighted advantages and slopes):",
+        "--estimators grpo,grpo+grpo_lead` shows the advantages and slopes with and "
+        "without the weight; `--group-weight grpo_lead` weighs every column):",
         "",
         "| k | " + " | ".join(str(k) for k in range(1, g)) + " |",
         "|---|" + "---|" * (g - 1),
