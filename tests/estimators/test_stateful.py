@@ -255,6 +255,8 @@ def test_errors_name_the_argument() -> None:
         spo([1.0], ["a"], EstimatorState(), prior=(0.0, 1.0))
     with pytest.raises(ValueError, match=r"^rho: expected a number in \[0, 1\]"):
         spo([1.0], ["a"], EstimatorState(), rho=1.5)
+    with pytest.raises(ValueError, match=r"^rho: 'kl' is measured by a trainer adapter.*spo_rho"):
+        spo([1.0], ["a"], EstimatorState(), rho="kl")
     with pytest.raises(ValueError, match=r"^decay: expected a number in \[0, 1\)"):
         rae([1.0], ["a"], EstimatorState(), decay=1.0)
     with pytest.raises(ValueError, match=r"^state: estimator 'grpo' keeps no memory"):

@@ -39,6 +39,18 @@ def _unit(name: str, value: Any) -> float:
     return number
 
 
+def _rho(name: str, value: Any) -> Any:
+    """spo's ``rho``: a number in [0, 1] or one per rollout. ``"kl"`` is an adapter's word:
+    the core has no policy to measure the drift with, so it says what to pass instead."""
+    if isinstance(value, str) and value.strip().lower() == "kl":
+        raise ValueError(
+            f"{name}: 'kl' is measured by a trainer adapter, which scores each prompt's "
+            "last response again; here pass rho=advbudget.core.spo_rho(drift), one value "
+            "per rollout (drift: the prompt's mean |Δ log-prob|), or a number in [0, 1]"
+        )
+    return _number_or_rows(_unit)(name, value)
+
+
 def _unit_rows(name: str, values: np.ndarray) -> np.ndarray:
     bad = ~((values >= 0) & (values <= 1))
     if bad.any():
@@ -149,7 +161,7 @@ SPO = Tracker(
     reference="SPO, arXiv 2509.13232 (verl-project/verl-recipe spo/spo_ray_trainer.py)",
     rules={
         "rho": Rule(
-            _number_or_rows(_unit),
+            _rho,
             "forgetting factor in [0, 1], or one value per rollout (equal on a prompt's "
             "rollouts): SPO's KL-adaptive clip(2^(-D/0.06), 0.875, 0.96) from each "
             "prompt's drift D (`advbudget.core.spo_rho`; every trainer's adapter measures "
