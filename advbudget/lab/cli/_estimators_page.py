@@ -144,7 +144,8 @@ def _memory_section() -> list[str]:
         "",
         f"{names} score each rollout against what its prompt's earlier rewards built. Pass "
         "the same `advbudget.EstimatorState()` to every call, with `prompt_ids=`: one stable "
-        "identity per rollout (a dataset index or the prompt text, keyed by "
+        "identity per rollout (a dataset index, Python's or numpy's int, or the prompt "
+        "text, keyed by "
         "`advbudget.metrics.prompt_key`; not a per-step uuid). A call scores every rollout "
         "against the memory as the call found it, then updates each prompt once, from its "
         "rollouts with a reward (a prompt whose rollouts are all NaN is not touched). An "
