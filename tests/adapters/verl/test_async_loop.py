@@ -19,6 +19,10 @@ advantage on every response token).
 - B: one_step_off (verl.experimental.one_step_off_policy.main_ppo), 3 steps,
   ``max_staleness=0 stale_rollouts=drop``: step 1's rollouts are fresh (the first weights
   carry labels 0 and 1), every later step's are one update behind, all dropped.
+- C, D: verl's V1 async trainer modes with ours in them (``trainer.v1.trainer_mode=
+  advbudget_colocate_async``, ``advbudget_separate_async``), ``advbudget_spo`` with
+  ``rho=kl`` over the same 4 prompts, 3 steps: after step 1 each batch is one update behind
+  the actor, and each returning prompt's kept response is scored again by the actor.
 
 ~1-1.5 min each on 2 cores.
 """
@@ -36,7 +40,7 @@ import pytest
 pytest.importorskip("verl")
 pytest.importorskip("transfer_queue")
 
-from .test_loop import LOOP_MARKS, LR, Run, run_example
+from .test_loop import LOOP_MARKS, LR, MEMORY_OVERRIDES, Run, run_example
 
 pytestmark = LOOP_MARKS
 
@@ -194,3 +198,77 @@ def test_b_one_step_off_drops_every_rollout_after_step_1(run_b: Run) -> None:
         assert logged_metrics["advbudget/stale_fraction"] == behind
         valid = logged_metrics["advbudget/valid_fraction"]
         assert valid > 0 if step == 1 else valid == 0, (step, valid)
+
+
+# spo with rho=kl over the same 4 prompts (test_loop's memory run), no checkpoints, 3 steps.
+SPO_KL = (
+    *(o for o in MEMORY_OVERRIDES if not o.startswith("trainer.save_freq=")),
+    "trainer.save_freq=-1",
+)
+
+
+@pytest.fixture(scope="module")
+def run_c(base: Path) -> Run:
+    """V1 colocate_async (ours), advbudget_spo with rho=kl, 3 steps."""
+    return run_example(
+        base, "c", *SPO_KL, "trainer.v1.trainer_mode=advbudget_colocate_async",
+        RUN_NAME="tiny-qwen3_colocate_async", TOTAL_STEPS="3",
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def run_d(base: Path) -> Run:
+    """V1 separate_async (ours): a standalone rollout pool (one fake GPU) beside the
+    trainer's, weights through the hfcpu checkpoint engine, a sync after every update
+    (train batch = 1 × mini-batch); advbudget_spo with rho=kl, 3 steps."""
+    return run_example(
+        base, "d", *SPO_KL, "trainer.v1.trainer_mode=advbudget_separate_async",
+        "trainer.v1.separate_async.parameter_sync_step=1",
+        "actor_rollout_ref.rollout.nnodes=1",
+        "actor_rollout_ref.rollout.n_gpus_per_node=1",
+        "++ray_kwargs.ray_init.num_gpus=2",
+        "actor_rollout_ref.rollout.checkpoint_engine.backend=hfcpu",
+        RUN_NAME="tiny-qwen3_separate_async", TOTAL_STEPS="3",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["run_c", "run_d"])
+def test_c_d_spo_forgets_at_the_rate_the_actor_moved_in_the_async_modes(
+    name: str, request: pytest.FixtureRequest
+) -> None:
+    """Each step's spo advantages are the core's on one state fed the run's rows with the
+    ρ the trainer measured; a prompt met first has ρ 0.96 (SPO's ceiling), a returning one
+    the ρ of its drift (the actor moved: below the ceiling), and the logged ρ mean is that
+    of the ρ spo was given. A batch after step 1 was sampled from older weights."""
+    from advbudget.testing import assert_memory_replays
+
+    run: Run = request.getfixturevalue(name)
+    run.check()
+    assert sorted(run.steps) == [1, 2, 3], run.tail()
+    calls = run.probe
+    assert [call["estimator"] for call in calls] == ["advbudget_spo"] * 3, calls
+    assert_memory_replays(calls, "spo", rtol=1e-5, atol=1e-5)
+    seen: set[int] = set()
+    returned: list[int] = []
+    for step, call in enumerate(calls, start=1):
+        metrics = run.steps[step]
+        by_prompt = dict(zip(call["prompt_ids"], call["rho"], strict=True))  # one ρ a prompt
+        returning = {p: rho for p, rho in by_prompt.items() if p in seen}
+        first = {p: rho for p, rho in by_prompt.items() if p not in seen}
+        assert all(rho == pytest.approx(0.96) for rho in first.values()), (step, call)
+        assert all(0.875 - 1e-12 <= rho < 0.96 for rho in returning.values()), (step, call)
+        assert metrics["advbudget/spo_first_seen_fraction"] == pytest.approx(
+            len(first) / len(by_prompt)
+        )
+        assert metrics["advbudget/spo_rho_mean"] == pytest.approx(np.mean([*by_prompt.values()]))
+        assert (metrics["advbudget/spo_drift_mean"] > 0) == bool(returning), (step, metrics)
+        assert metrics["advbudget/spo_drift_mean"] < 0.5  # a response's own tokens: not nats
+        seen |= set(by_prompt)
+        returned.append(len(returning))
+    assert len(seen) == 4  # data.train_max_samples
+    # prompts came back (which step they come back at is the async sampler's order)
+    assert max(returned[1:]) > 0, returned
+    # verl's own count of how far behind the actor each step's rollouts were sampled
+    behind = [run.steps[s]["training/off_policy/trajectory_staleness/max"] for s in (1, 2, 3)]
+    assert behind[0] == 0, behind
+    assert max(behind[1:]) >= 1, behind  # asynchronous: a batch of older weights
