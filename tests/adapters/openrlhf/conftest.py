@@ -8,6 +8,8 @@ PYTHONPATH, for subprocesses and Ray workers) when OpenRLHF is installed without
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -55,3 +57,25 @@ def local_ray():  # type: ignore[no-untyped-def]
     yield
     adapter.uninstall()
     ray.shutdown()
+
+
+# Several Ray sessions start and stop in this process (the fixtures above, test_kappa,
+# test_patch, test_plugin). Ray does not support that cleanly (ray-project/ray#31145: its
+# threads may reach a shut-down core worker), and CI once saw this suite's interpreter
+# segfault after pytest had printed "504 passed" (exit 139, a fresh-clone CI run): in the
+# interpreter's own teardown, after pytest's last hook. So the suite leaves, after that
+# last hook, with pytest's own exit status and without the teardown; test results,
+# failures included, are unchanged.
+_SESSIONS: list[pytest.Session] = []
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    _SESSIONS.append(session)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _SESSIONS and "ray" in sys.modules:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(int(_SESSIONS[-1].exitstatus))
