@@ -15,6 +15,7 @@ from advbudget.adapters import Convention
 from advbudget.core import EstimatorSpec
 from advbudget.core._staleness import STALE_RULES
 from advbudget.core._weights import GroupWeight, parse_group_weight
+from advbudget.core.estimators.stateful import KL_RHO, is_kl_rho
 from advbudget.metrics import DEFAULT_SOLVED_REWARD, check_solved_reward
 
 # How a command line or a hydra string turns the solved/unsolved split off.
@@ -188,15 +189,6 @@ CORE_OPTIONS = ("tie_rtol", "tie_atol", "nan_policy")
 #: The options of stale rollouts, one setting in every framework; honoured where the adapter
 #: knows which policy version sampled each rollout (else refused with the reason).
 STALENESS_OPTIONS = ("max_staleness", "stale_rollouts")
-
-#: The value of ``spo``'s ``rho`` that asks the adapter for SPO's KL-adaptive forgetting,
-#: measured from the trainer's log-probs (:class:`~._features.LastResponses`).
-KL_RHO = "kl"
-
-
-def is_kl_rho(name: str, value: Any) -> bool:
-    """Whether option ``name`` = ``value`` asks for the KL-adaptive ρ (``rho="kl"``)."""
-    return name == "rho" and isinstance(value, str) and value.strip().lower() == KL_RHO
 
 
 @dataclass(frozen=True)

@@ -46,9 +46,10 @@ from types import SimpleNamespace
 from typing import Any
 
 from advbudget.core import estimator_specs, get_spec
+from advbudget.core.estimators.stateful import KL_RHO, is_kl_rho
 
 from .._features import check_memory
-from .._options import DEFAULT_MAX_GENERATION_BATCHES, KL_RHO, AdapterOptions, is_kl_rho
+from .._options import DEFAULT_MAX_GENERATION_BATCHES, AdapterOptions
 from ._convention import OPENRLHF
 from ._estimators import estimator_names, is_ours, needs_groups
 from ._hooks import HOOK, install, openrlhf_parser

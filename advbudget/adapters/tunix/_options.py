@@ -15,7 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .._options import CORE_OPTIONS, KL_RHO, STALENESS_OPTIONS, UNSET, AdapterOptions
+from advbudget.core.estimators.stateful import KL_RHO
+
+from .._options import CORE_OPTIONS, STALENESS_OPTIONS, UNSET, AdapterOptions
 from ._convention import TUNIX
 
 #: The environment variable read at import for the options (``budget=0.5,nan_policy=omit``):

@@ -39,10 +39,20 @@ def _unit(name: str, value: Any) -> float:
     return number
 
 
+#: The value of ``spo``'s ``rho`` that asks a trainer adapter for SPO's KL-adaptive
+#: forgetting, measured from the trainer's log-probs (``adapters._features.LastResponses``).
+KL_RHO = "kl"
+
+
+def is_kl_rho(name: str, value: Any) -> bool:
+    """Whether option ``name`` = ``value`` asks for the KL-adaptive ρ (``rho="kl"``)."""
+    return name == "rho" and isinstance(value, str) and value.strip().lower() == KL_RHO
+
+
 def _rho(name: str, value: Any) -> Any:
-    """spo's ``rho``: a number in [0, 1] or one per rollout. ``"kl"`` is an adapter's word:
-    the core has no policy to measure the drift with, so it says what to pass instead."""
-    if isinstance(value, str) and value.strip().lower() == "kl":
+    """spo's ``rho``: a number in [0, 1] or one per rollout. :data:`KL_RHO` is an adapter's
+    word: the core has no policy to measure the drift with, so it says what to pass."""
+    if is_kl_rho("rho", value):
         raise ValueError(
             f"{name}: 'kl' is measured by a trainer adapter, which scores each prompt's "
             "last response again; here pass rho=advbudget.core.spo_rho(drift), one value "
