@@ -45,7 +45,12 @@ KL_RHO = "kl"
 
 
 def is_kl_rho(name: str, value: Any) -> bool:
-    """Whether option ``name`` = ``value`` asks for the KL-adaptive ρ (``rho="kl"``)."""
+    """Whether option ``name`` = ``value`` asks for the KL-adaptive ρ (``rho="kl"``).
+
+    Examples:
+        >>> is_kl_rho("rho", " KL"), is_kl_rho("rho", 0.9), is_kl_rho("decay", "kl")
+        (True, False, False)
+    """
     return name == "rho" and isinstance(value, str) and value.strip().lower() == KL_RHO
 
 
